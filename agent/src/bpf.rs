@@ -1,0 +1,104 @@
+//! The BPF object built from `ebpf/` and embedded in the binary, and the loader around it.
+//!
+//! The object holds the sampler (`perf_event`) programs and the DAMON tracepoint program; see
+//! `ebpf/src/main.rs`. Loading it needs CAP_BPF (plus CAP_PERFMON to attach to perf events).
+
+use std::io;
+
+use aya::{Ebpf, EbpfError, EbpfLoader, programs::PerfEvent};
+use memtide_common::names;
+
+/// The BPF object, or an empty slice when the agent was built with `AYA_BUILD_SKIP=1`.
+pub static OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/memtide"));
+
+/// Why the BPF object could not be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error(
+        "this memtide was built without its BPF object (AYA_BUILD_SKIP); rebuild with the BPF \
+         tool chain: scripts/bootstrap.sh host && cargo build"
+    )]
+    NotBuilt,
+    #[error(
+        "the kernel refused to load memtide's BPF object: permission denied; run as root or \
+         grant CAP_BPF and CAP_PERFMON ({0})"
+    )]
+    PermissionDenied(#[source] EbpfError),
+    #[error("loading memtide's BPF object failed: {0}")]
+    Load(#[source] EbpfError),
+    #[error("program {name} in memtide's BPF object: {source}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: aya::programs::ProgramError,
+    },
+    #[error("program {0} is missing from memtide's BPF object (stale build?)")]
+    MissingProgram(&'static str),
+}
+
+impl BpfError {
+    /// True when the failure is about privileges rather than about the kernel or the object.
+    #[must_use]
+    pub fn is_permission(&self) -> bool {
+        match self {
+            Self::PermissionDenied(_) => true,
+            Self::Program { source, .. } => is_eperm_program(source),
+            _ => false,
+        }
+    }
+}
+
+fn is_eperm_program(error: &aya::programs::ProgramError) -> bool {
+    match error {
+        aya::programs::ProgramError::LoadError { io_error, .. } => {
+            matches!(io_error.kind(), io::ErrorKind::PermissionDenied)
+        }
+        aya::programs::ProgramError::SyscallError(syscall) => {
+            matches!(syscall.io_error.kind(), io::ErrorKind::PermissionDenied)
+        }
+        _ => false,
+    }
+}
+
+fn is_eperm_load(error: &EbpfError) -> bool {
+    match error {
+        EbpfError::MapError(aya::maps::MapError::CreateError { io_error, .. }) => {
+            io_error.kind() == io::ErrorKind::PermissionDenied
+        }
+        _ => error.to_string().contains("Operation not permitted"),
+    }
+}
+
+/// Creates the object's maps in the kernel with `loader`'s settings. Programs are loaded
+/// separately by the source that needs them.
+pub fn load_object(loader: &mut EbpfLoader<'_>) -> Result<Ebpf, BpfError> {
+    if OBJECT.is_empty() {
+        return Err(BpfError::NotBuilt);
+    }
+    loader.load(OBJECT).map_err(|error| {
+        if is_eperm_load(&error) {
+            BpfError::PermissionDenied(error)
+        } else {
+            BpfError::Load(error)
+        }
+    })
+}
+
+/// Loads the sampler program into the kernel and unloads it again: the answer to "can this
+/// kernel and these privileges run memtide's BPF side?". Nothing is attached.
+pub fn probe_load() -> Result<String, BpfError> {
+    let mut ebpf = load_object(&mut EbpfLoader::new())?;
+    let name = names::PROG_SAMPLE_ANY;
+    let program: &mut PerfEvent = ebpf
+        .program_mut(name)
+        .ok_or(BpfError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| BpfError::Program { name, source })?;
+    program
+        .load()
+        .map_err(|source| BpfError::Program { name, source })?;
+    Ok(format!(
+        "loaded perf_event program {name} from the embedded object ({} bytes) and unloaded it",
+        OBJECT.len()
+    ))
+}

@@ -1,0 +1,282 @@
+//! The BPF sampler shared by every perf-event source (PEBS, IBS, SPE, software page faults):
+//! load the object, attach its `perf_event` programs to events memtide opened itself, keep the
+//! target allowlist in BPF, and hand the sample ring to the ingest path.
+//!
+//! Dropping a [`Sampler`] closes the perf events (which detaches the programs) and unloads the
+//! programs and maps: nothing stays attached after the agent exits.
+
+use std::{
+    collections::BTreeMap,
+    io,
+    os::fd::{AsFd as _, OwnedFd},
+};
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{HashMap as BpfHashMap, MapData, PerCpuArray, RingBuf},
+    programs::PerfEvent,
+};
+use memtide_common::{AccessKind, DropReason, SampleSource, SamplerConfig, names};
+
+use crate::{
+    bpf::{self, BpfError},
+    sys::perf::{self, PerfAttr},
+};
+
+/// One event to open on every CPU, and which program (access kind) samples it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EventSpec {
+    pub attr: PerfAttr,
+    pub kind: AccessKind,
+    /// Opened first on each CPU as the group leader of the next spec (Sapphire Rapids'
+    /// `mem-loads-aux`); carries no program.
+    pub group_leader: bool,
+}
+
+/// Everything needed to start sampling.
+#[derive(Clone, Debug)]
+pub struct SamplerSpec {
+    pub source: SampleSource,
+    pub events: Vec<EventSpec>,
+    pub cpus: Vec<u32>,
+    /// Bytes of the sample ring (a power of two, at least one page).
+    pub ring_bytes: u32,
+    /// Only processes in the allowlist are sampled; `false` samples everything (observe-all).
+    pub filter_by_target: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SamplerError {
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
+    #[error(
+        "perf_event_open({what}) on CPU {cpu} failed: {source}{hint}",
+        hint = perf_open_hint(source)
+    )]
+    OpenEvent {
+        what: String,
+        cpu: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("attaching {program} to the perf event on CPU {cpu}: {source}")]
+    Attach {
+        program: &'static str,
+        cpu: u32,
+        #[source]
+        source: io::Error,
+    },
+    #[error("enabling a perf event: {source}")]
+    Enable {
+        #[source]
+        source: io::Error,
+    },
+    #[error("sampler spec has no events to open")]
+    NoEvents,
+}
+
+fn perf_open_hint(error: &io::Error) -> &'static str {
+    match error.raw_os_error() {
+        Some(libc::EACCES | libc::EPERM) => {
+            " (needs CAP_PERFMON, or kernel.perf_event_paranoid <= -1 for system-wide events)"
+        }
+        Some(libc::ENOENT | libc::EOPNOTSUPP) => " (this PMU or event does not exist here)",
+        Some(libc::EINVAL) => " (the PMU rejected the attributes: precise_ip, period or filters)",
+        Some(libc::EMFILE) => " (too many open files: raise LimitNOFILE)",
+        _ => "",
+    }
+}
+
+const fn program_for(kind: AccessKind) -> &'static str {
+    match kind {
+        AccessKind::Load => names::PROG_SAMPLE_LOAD,
+        AccessKind::Store => names::PROG_SAMPLE_STORE,
+        AccessKind::Unknown => names::PROG_SAMPLE_ANY,
+    }
+}
+
+/// A running sampler. Holds the BPF object and the perf events.
+pub struct Sampler {
+    // Field order is drop order: events close (detaching the programs) before the object.
+    events: Vec<OwnedFd>,
+    targets: BpfHashMap<MapData, u32, u8>,
+    drops: PerCpuArray<MapData, u64>,
+    ring: Option<RingBuf<MapData>>,
+    _ebpf: Ebpf,
+}
+
+impl std::fmt::Debug for Sampler {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Sampler")
+            .field("events", &self.events.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Sampler {
+    /// Loads the programs, opens and attaches the events on every CPU, then enables them.
+    /// On any error everything opened so far is closed again.
+    pub fn start(spec: &SamplerSpec) -> Result<Self, SamplerError> {
+        if spec.events.iter().all(|event| event.group_leader) {
+            return Err(SamplerError::NoEvents);
+        }
+        let config = SamplerConfig {
+            source: spec.source as u8,
+            filter_by_target: u8::from(spec.filter_by_target),
+            _pad: [0; 6],
+        };
+        let mut loader = EbpfLoader::new();
+        loader
+            .override_global(names::GLOBAL_SAMPLER_CONFIG, &config, true)
+            .map_max_entries(names::MAP_SAMPLES, spec.ring_bytes);
+        let mut ebpf = bpf::load_object(&mut loader)?;
+
+        let mut needed: Vec<&'static str> = spec
+            .events
+            .iter()
+            .filter(|event| !event.group_leader)
+            .map(|event| program_for(event.kind))
+            .collect();
+        needed.sort_unstable();
+        needed.dedup();
+        for name in &needed {
+            let program: &mut PerfEvent = ebpf
+                .program_mut(name)
+                .ok_or(BpfError::MissingProgram(name))?
+                .try_into()
+                .map_err(|source| BpfError::Program { name, source })?;
+            program
+                .load()
+                .map_err(|source| BpfError::Program { name, source })?;
+        }
+
+        let mut events = Vec::with_capacity(spec.cpus.len() * spec.events.len());
+        for &cpu in &spec.cpus {
+            let mut leader: Option<OwnedFd> = None;
+            for event in &spec.events {
+                let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
+                let fd = perf::open(
+                    &event.attr,
+                    -1,
+                    cpu_arg,
+                    leader.as_ref().map(|fd| fd.as_fd()),
+                )
+                .map_err(|source| SamplerError::OpenEvent {
+                    what: format!(
+                        "type {} config {:#x} period {}",
+                        event.attr.type_, event.attr.config, event.attr.sample_period
+                    ),
+                    cpu,
+                    source,
+                })?;
+                if event.group_leader {
+                    leader = Some(fd);
+                    continue;
+                }
+                let name = program_for(event.kind);
+                let program: &PerfEvent = ebpf
+                    .program(name)
+                    .ok_or(BpfError::MissingProgram(name))?
+                    .try_into()
+                    .map_err(|source| BpfError::Program { name, source })?;
+                let program_fd = program
+                    .fd()
+                    .map_err(|source| BpfError::Program { name, source })?;
+                perf::set_bpf(fd.as_fd(), program_fd.as_fd()).map_err(|source| {
+                    SamplerError::Attach {
+                        program: name,
+                        cpu,
+                        source,
+                    }
+                })?;
+                events.push(fd);
+            }
+            if let Some(leader) = leader {
+                events.push(leader);
+            }
+        }
+
+        let targets = take_map(&mut ebpf, names::MAP_TARGETS)?;
+        let drops = take_map(&mut ebpf, names::MAP_DROPS)?;
+        let ring = take_map(&mut ebpf, names::MAP_SAMPLES)?;
+        let sampler = Self {
+            events,
+            targets,
+            drops,
+            ring: Some(ring),
+            _ebpf: ebpf,
+        };
+        // Members of a group only count while their leader is enabled too: enable all.
+        for event in &sampler.events {
+            perf::enable(event.as_fd()).map_err(|source| SamplerError::Enable { source })?;
+        }
+        Ok(sampler)
+    }
+
+    /// The sample ring, for the ingest task. Taken once.
+    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
+    }
+
+    /// Starts sampling process `pid` (its thread-group id).
+    pub fn add_target(&mut self, pid: u32) -> Result<(), SamplerError> {
+        self.targets
+            .insert(pid, 1, 0)
+            .map_err(|source| SamplerError::Map {
+                name: names::MAP_TARGETS,
+                source,
+            })
+    }
+
+    /// Stops sampling `pid`. Removing a pid that is not a target is not an error.
+    pub fn remove_target(&mut self, pid: u32) -> Result<(), SamplerError> {
+        match self.targets.remove(&pid) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(source) => Err(SamplerError::Map {
+                name: names::MAP_TARGETS,
+                source,
+            }),
+        }
+    }
+
+    /// Samples dropped in BPF so far, summed over CPUs, by reason.
+    pub fn drop_counts(&self) -> Result<BTreeMap<&'static str, u64>, SamplerError> {
+        let mut counts = BTreeMap::new();
+        for reason in DropReason::ALL {
+            let per_cpu =
+                self.drops
+                    .get(&(reason as u32), 0)
+                    .map_err(|source| SamplerError::Map {
+                        name: names::MAP_DROPS,
+                        source,
+                    })?;
+            counts.insert(reason.label(), per_cpu.iter().sum());
+        }
+        Ok(counts)
+    }
+
+    /// Number of perf events open (one or two per CPU).
+    #[must_use]
+    pub fn event_count(&self) -> usize {
+        self.events.len()
+    }
+}
+
+fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SamplerError>
+where
+    M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(SamplerError::Map {
+        name,
+        source: aya::maps::MapError::InvalidName {
+            name: name.to_owned(),
+        },
+    })?;
+    M::try_from(map).map_err(|source| SamplerError::Map { name, source })
+}

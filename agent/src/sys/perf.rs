@@ -1,0 +1,168 @@
+//! perf_event_open(2) and the ioctls that attach a loaded BPF program to the event.
+//!
+//! aya's own `PerfEvent::attach` cannot request `PERF_SAMPLE_ADDR`, `precise_ip` or `config1`
+//! (PEBS load latency), so the agent opens its events here and hands the program over with
+//! `PERF_EVENT_IOC_SET_BPF`. Dropping the returned fd detaches the program.
+
+use std::{
+    io,
+    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd, RawFd},
+};
+
+use perf_event_open_sys::{bindings, ioctls};
+
+/// `PERF_TYPE_SOFTWARE`.
+pub const TYPE_SOFTWARE: u32 = bindings::PERF_TYPE_SOFTWARE;
+/// `PERF_TYPE_RAW`: a core PMU's raw event encoding (the `cpu` PMU's own type is the same 4).
+pub const TYPE_RAW: u32 = bindings::PERF_TYPE_RAW;
+/// `PERF_COUNT_SW_PAGE_FAULTS`.
+pub const SW_PAGE_FAULTS: u64 = bindings::PERF_COUNT_SW_PAGE_FAULTS as u64;
+/// `PERF_SAMPLE_TID`.
+pub const SAMPLE_TID: u64 = bindings::PERF_SAMPLE_TID as u64;
+/// `PERF_SAMPLE_ADDR`: the data address; without it the BPF program's `ctx.addr` is 0 for
+/// hardware events.
+pub const SAMPLE_ADDR: u64 = bindings::PERF_SAMPLE_ADDR as u64;
+/// `PERF_SAMPLE_WEIGHT`: load latency on PEBS.
+pub const SAMPLE_WEIGHT: u64 = bindings::PERF_SAMPLE_WEIGHT as u64;
+/// `PERF_SAMPLE_DATA_SRC`: where the access was served from.
+pub const SAMPLE_DATA_SRC: u64 = bindings::PERF_SAMPLE_DATA_SRC as u64;
+
+/// The fields of `perf_event_attr` memtide sets, as plain data. Sources build these (and test
+/// them field by field against fixture PMUs); [`open`] turns one into the kernel struct.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PerfAttr {
+    /// PMU type: a `PERF_TYPE_*` constant or a dynamic PMU's `type` from sysfs.
+    pub type_: u32,
+    pub config: u64,
+    /// PEBS: load-latency threshold (`ldlat`); IBS: extra filters on newer parts.
+    pub config1: u64,
+    pub config2: u64,
+    /// Events between two samples.
+    pub sample_period: u64,
+    /// `PERF_SAMPLE_*` bits.
+    pub sample_type: u64,
+    /// 0..=3; PEBS needs at least 1.
+    pub precise_ip: u8,
+    pub exclude_kernel: bool,
+    pub exclude_hv: bool,
+    pub exclude_guest: bool,
+}
+
+impl PerfAttr {
+    fn to_kernel(&self) -> bindings::perf_event_attr {
+        let mut attr = bindings::perf_event_attr::default();
+        attr.type_ = self.type_;
+        attr.size = u32::try_from(size_of::<bindings::perf_event_attr>())
+            .expect("perf_event_attr fits in u32");
+        attr.config = self.config;
+        attr.sample_type = self.sample_type;
+        attr.__bindgen_anon_1.sample_period = self.sample_period;
+        attr.__bindgen_anon_3.config1 = self.config1;
+        attr.__bindgen_anon_4.config2 = self.config2;
+        // Created disabled: the program is attached first, then the event is enabled, so no
+        // sample is ever taken without the filter in place.
+        attr.set_disabled(1);
+        attr.set_precise_ip(u64::from(self.precise_ip));
+        attr.set_exclude_kernel(u64::from(self.exclude_kernel));
+        attr.set_exclude_hv(u64::from(self.exclude_hv));
+        attr.set_exclude_guest(u64::from(self.exclude_guest));
+        attr
+    }
+}
+
+fn check(ret: i32) -> io::Result<i32> {
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(ret)
+    }
+}
+
+/// Opens one sampling event. `pid = -1, cpu = N` samples every process on CPU N (the agent's
+/// mode: targets are filtered in BPF); `group` makes the event a member of a group, as
+/// Sapphire Rapids' `mem-loads` needs under its `mem-loads-aux` leader.
+pub fn open(
+    attr: &PerfAttr,
+    pid: i32,
+    cpu: i32,
+    group: Option<BorrowedFd<'_>>,
+) -> io::Result<OwnedFd> {
+    let mut kernel_attr = attr.to_kernel();
+    let group_fd: RawFd = group.map_or(-1, |fd| fd.as_raw_fd());
+    // SAFETY: kernel_attr is a fully initialised perf_event_attr whose `size` matches the
+    // struct we pass; the kernel only reads it (and may write `size` back on E2BIG).
+    let fd = unsafe {
+        perf_event_open_sys::perf_event_open(
+            &raw mut kernel_attr,
+            pid,
+            cpu,
+            group_fd,
+            libc::c_ulong::from(bindings::PERF_FLAG_FD_CLOEXEC),
+        )
+    };
+    let fd = check(fd)?;
+    // SAFETY: perf_event_open returned a new descriptor that nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Attaches a loaded `perf_event` BPF program to the event (`PERF_EVENT_IOC_SET_BPF`).
+pub fn set_bpf(event: BorrowedFd<'_>, program: BorrowedFd<'_>) -> io::Result<()> {
+    let program = u32::try_from(program.as_raw_fd())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "negative program fd"))?;
+    // SAFETY: both descriptors are open for the duration of the call; the ioctl takes the
+    // program fd by value.
+    check(unsafe { ioctls::SET_BPF(event.as_raw_fd(), program) }).map(drop)
+}
+
+/// Starts counting and sampling (`PERF_EVENT_IOC_ENABLE`).
+pub fn enable(event: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: the descriptor is open; the argument is unused by the kernel for this ioctl.
+    check(unsafe { ioctls::ENABLE(event.as_raw_fd(), 0) }).map(drop)
+}
+
+/// Stops the event (`PERF_EVENT_IOC_DISABLE`); closing the fd also does.
+pub fn disable(event: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: as for enable.
+    check(unsafe { ioctls::DISABLE(event.as_raw_fd(), 0) }).map(drop)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn attr_fields_reach_the_kernel_struct() {
+        let attr = PerfAttr {
+            type_: 4,
+            config: 0x1cd,
+            config1: 3,
+            config2: 7,
+            sample_period: 4001,
+            sample_type: SAMPLE_ADDR | SAMPLE_TID | SAMPLE_WEIGHT,
+            precise_ip: 2,
+            exclude_kernel: true,
+            exclude_hv: true,
+            exclude_guest: false,
+        };
+        let kernel = attr.to_kernel();
+        assert_eq!(kernel.type_, 4);
+        assert_eq!(kernel.config, 0x1cd);
+        assert_eq!(kernel.sample_type, SAMPLE_ADDR | SAMPLE_TID | SAMPLE_WEIGHT);
+        assert_eq!(kernel.precise_ip(), 2);
+        assert_eq!(kernel.exclude_kernel(), 1);
+        assert_eq!(kernel.exclude_hv(), 1);
+        assert_eq!(kernel.exclude_guest(), 0);
+        assert_eq!(
+            kernel.disabled(),
+            1,
+            "events start disabled until the program is attached"
+        );
+        assert_eq!(kernel.size as usize, size_of::<bindings::perf_event_attr>());
+        // SAFETY: reading plain integer fields of unions we just wrote.
+        unsafe {
+            assert_eq!(kernel.__bindgen_anon_1.sample_period, 4001);
+            assert_eq!(kernel.__bindgen_anon_3.config1, 3);
+            assert_eq!(kernel.__bindgen_anon_4.config2, 7);
+        }
+    }
+}

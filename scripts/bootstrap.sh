@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Installs exactly what memtide's build and tests need and is missing, and says what it does.
+# Idempotent: a second run on a prepared machine only checks and prints "ok" lines.
+#
+#   scripts/bootstrap.sh host   toolchain for the agent and its BPF object (nightly + rust-src,
+#                               bpf-linker 0.10.4) and the Debian tools the host tests use
+#   scripts/bootstrap.sh vm     host + what `make vm-test` needs (QEMU, Debian's 6.12 kernel,
+#                               virtme-ng, numactl)
+#   scripts/bootstrap.sh all    everything (default)
+#
+# Why these versions: aya 0.14 / aya-ebpf 0.2.1 build the BPF crate with nightly's
+# `-Z build-std=core`, which needs rust-src. bpf-linker must use the same LLVM as rustc;
+# 0.10.4 is the last release that loads rustc's own libLLVM (see docs/development.md).
+set -euo pipefail
+
+what=${1:-all}
+case "$what" in host | vm | all) ;; *)
+    echo "usage: $0 [host|vm|all]" >&2
+    exit 2
+    ;;
+esac
+
+BPF_LINKER_VERSION=0.10.4
+VM_KERNEL_PACKAGE=linux-image-6.12.100+deb12-amd64
+VIRTME_NG_VERSION=1.42
+
+say() { printf 'bootstrap: %s\n' "$*"; }
+need_root() {
+    if [ "$(id -u)" -ne 0 ]; then
+        say "need root to install $1 (run: sudo $0 $what)" >&2
+        exit 1
+    fi
+}
+
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# --- Rust: nightly with rust-src, for the BPF target -------------------------------------------
+if ! command -v rustup >/dev/null 2>&1; then
+    say "rustup not found: install Rust with rustup first (https://rustup.rs)" >&2
+    exit 1
+fi
+if rustup run nightly rustc --version >/dev/null 2>&1; then
+    say "ok: nightly toolchain ($(rustup run nightly rustc --version))"
+else
+    say "installing the nightly toolchain"
+    rustup toolchain install nightly --profile minimal
+fi
+if rustup component list --toolchain nightly --installed 2>/dev/null | grep -q '^rust-src'; then
+    say "ok: rust-src for nightly"
+else
+    say "installing rust-src for nightly (needed for -Z build-std=core on bpfel-unknown-none)"
+    rustup component add rust-src --toolchain nightly
+fi
+for component in rustfmt clippy; do
+    if rustup component list --installed 2>/dev/null | grep -q "^$component"; then
+        say "ok: $component (stable)"
+    else
+        say "installing $component for the default toolchain"
+        rustup component add "$component"
+    fi
+done
+
+# --- bpf-linker, linked against rustc's own LLVM ------------------------------------------------
+if command -v bpf-linker >/dev/null 2>&1 && bpf-linker --version 2>/dev/null | grep -q "$BPF_LINKER_VERSION"; then
+    say "ok: bpf-linker $BPF_LINKER_VERSION"
+else
+    say "installing bpf-linker $BPF_LINKER_VERSION (cargo install --locked; a few minutes on 2 cores)"
+    cargo install bpf-linker --version "$BPF_LINKER_VERSION" --locked
+fi
+
+# --- Debian packages ----------------------------------------------------------------------------
+apt_updated=0
+install_debs() {
+    local missing=()
+    local pkg
+    for pkg in "$@"; do
+        if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            say "ok: $pkg"
+        else
+            missing+=("$pkg")
+        fi
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+    need_root "${missing[*]}"
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        apt-get update -qq
+        apt_updated=1
+    fi
+    say "installing ${missing[*]}"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# bpftool: the tests check that no BPF program is left attached after the agent exits.
+# numactl: migratepages and numactl -H for the migration benchmark and the VM checks.
+install_debs bpftool numactl
+
+if [ "$what" = host ]; then
+    say "host set-up done"
+    exit 0
+fi
+
+# --- The two-node VM: QEMU (software emulation), Debian's 6.12 kernel, virtme-ng ----------------
+install_debs qemu-system-x86 "$VM_KERNEL_PACKAGE"
+
+if command -v vng >/dev/null 2>&1; then
+    say "ok: virtme-ng ($(vng --version 2>/dev/null | head -n 1))"
+else
+    say "installing virtme-ng $VIRTME_NG_VERSION from PyPI"
+    python3 -m pip install --quiet --disable-pip-version-check "virtme-ng==$VIRTME_NG_VERSION"
+    if command -v pyenv >/dev/null 2>&1; then
+        pyenv rehash
+    fi
+    if ! command -v vng >/dev/null 2>&1; then
+        say "virtme-ng installed but 'vng' is not on PATH ($(python3 -m site --user-base)/bin?)" >&2
+        exit 1
+    fi
+fi
+say "vm set-up done"

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Boots a real two-node NUMA machine under QEMU software emulation and runs a command in it.
+#
+#   vm/run.sh [--memory-per-node MiB] -- COMMAND [ARGS...]
+#
+# Node 0 has both CPUs and is the fast tier; node 1 is CPU-less memory that ACPI HMAT
+# describes as 3x the latency and 1/4 the bandwidth, so the kernel puts it in a lower memory
+# tier (a CXL-like slow tier). The guest runs Debian's 6.12 kernel over a read-only view of
+# the host's root filesystem (virtme-ng), so binaries built on the host run unchanged;
+# target/vm/ is writable from the guest for results. The exit status is the command's.
+#
+# Why TCG and not KVM: nested KVM on these machines cannot boot a guest (QEMU asserts on MSR
+# 0x10a); see docs/development.md. Compare ratios in the guest, never absolute times.
+set -euo pipefail
+
+repo=$(cd "$(dirname "$0")/.." && pwd)
+kernel_release=${MEMTIDE_VM_KERNEL:-6.12.100+deb12-amd64}
+kernel=/boot/vmlinuz-$kernel_release
+mib_per_node=1024
+
+while [ $# -gt 0 ]; do
+    case "$1" in
+    --memory-per-node)
+        mib_per_node=$2
+        shift 2
+        ;;
+    --)
+        shift
+        break
+        ;;
+    *)
+        echo "vm/run.sh: unknown option $1 (usage: vm/run.sh [--memory-per-node MiB] -- CMD...)" >&2
+        exit 2
+        ;;
+    esac
+done
+if [ $# -eq 0 ]; then
+    echo "vm/run.sh: no command given (usage: vm/run.sh [--memory-per-node MiB] -- CMD...)" >&2
+    exit 2
+fi
+
+vng=$(command -v vng || true)
+if [ -z "$vng" ]; then
+    scripts_dir=$(python3 -c 'import sysconfig; print(sysconfig.get_path("scripts"))' 2>/dev/null || true)
+    [ -x "$scripts_dir/vng" ] && vng=$scripts_dir/vng
+fi
+for need in "$vng:virtme-ng (vng)" "$kernel:the guest kernel $kernel" "$(command -v qemu-system-x86_64 || true):qemu-system-x86_64" "$(command -v busybox || true):busybox"; do
+    if [ -z "${need%%:*}" ] || [ ! -e "${need%%:*}" ]; then
+        echo "vm/run.sh: missing ${need#*:}; run scripts/bootstrap.sh vm" >&2
+        exit 1
+    fi
+done
+
+mkdir -p "$repo/target/vm"
+total_mib=$((2 * mib_per_node))
+qemu_opts=(
+    "-machine accel=tcg,hmat=on -cpu max"
+    "-object memory-backend-ram,id=m0,size=${mib_per_node}M -numa node,memdev=m0,cpus=0-1,nodeid=0,initiator=0"
+    "-object memory-backend-ram,id=m1,size=${mib_per_node}M -numa node,memdev=m1,nodeid=1,initiator=0"
+    "-numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100"
+    "-numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-bandwidth,bandwidth=20G"
+    "-numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-latency,latency=300"
+    "-numa hmat-lb,initiator=0,target=1,hierarchy=memory,data-type=access-bandwidth,bandwidth=5G"
+)
+
+# vng runs --exec through a shell: quote every argument so it arrives as given.
+printf -v command ' %q' "$@"
+exec "$vng" --run "$kernel" --disable-kvm --cpus 2 --memory "${total_mib}M" \
+    --rwdir "$repo/target/vm" --cwd "$repo" \
+    --qemu-opts="${qemu_opts[*]}" \
+    --exec "${command# }"

@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# `make vm-test`: builds the agent and the VM test suite on the host, boots the two-node VM
+# (vm/run.sh) and runs the suite inside it. Extra arguments go to the test binary (a test
+# name filter, --nocapture, ...). Prerequisites: scripts/bootstrap.sh vm.
+set -euo pipefail
+repo=$(cd "$(dirname "$0")/.." && pwd)
+cd "$repo"
+export PATH="$HOME/.cargo/bin:$PATH"
+
+# The guest's root filesystem is read-only: everything it runs is built here first.
+# VM_TESTS: the integration tests that run in the guest. `vm` holds the VM-only suite; the
+# others also run on the host and must work on a real two-node machine too.
+VM_TESTS=(vm swfault bpf_load)
+cargo build -p memtide --bins
+test_args=()
+for name in "${VM_TESTS[@]}"; do
+    test_args+=(--test "$name")
+done
+mapfile -t binaries < <(cargo test -p memtide "${test_args[@]}" --no-run --message-format=json 2>/dev/null |
+    python3 -c '
+import json, sys
+wanted = set(sys.argv[1:])
+for line in sys.stdin:
+    msg = json.loads(line)
+    if msg.get("reason") == "compiler-artifact" and msg["target"]["name"] in wanted and msg.get("executable"):
+        print(msg["executable"])
+' "${VM_TESTS[@]}")
+if [ "${#binaries[@]}" -ne "${#VM_TESTS[@]}" ]; then
+    echo "vm/test.sh: could not build the VM test binaries (cargo test -p memtide ${test_args[*]} --no-run)" >&2
+    exit 1
+fi
+
+rm -f target/vm/boot-seconds
+start_ns=$(date +%s%N)
+status=0
+vm/run.sh -- vm/guest.sh "${binaries[@]}" -- "$@" || status=$?
+elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
+
+boot=$(cat target/vm/boot-seconds 2>/dev/null || echo "?")
+printf 'vm-test: guest boot %s s, round trip %d.%03d s, exit status %d\n' \
+    "$boot" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)) "$status"
+exit "$status"
