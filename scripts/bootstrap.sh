@@ -103,7 +103,8 @@ if [ "$what" = host ]; then
 fi
 
 # --- The two-node VM: QEMU (software emulation), Debian's 6.12 kernel, virtme-ng ----------------
-install_debs qemu-system-x86 "$VM_KERNEL_PACKAGE"
+# busybox: virtme-ng builds the guest's initramfs with it.
+install_debs qemu-system-x86 busybox-static "$VM_KERNEL_PACKAGE"
 
 if command -v vng >/dev/null 2>&1; then
     say "ok: virtme-ng ($(vng --version 2>/dev/null | head -n 1))"
