@@ -32,8 +32,12 @@ fi
 
 rm -f target/vm/boot-seconds
 start_ns=$(date +%s%N)
-status=0
-vm/run.sh -- vm/guest.sh "${binaries[@]}" -- "$@" || status=$?
+# Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
+# log), wiping everything printed before the VM started.
+set +e
+vm/run.sh -- vm/guest.sh "${binaries[@]}" -- "$@" </dev/null 2>&1 | cat
+status=${PIPESTATUS[0]}
+set -e
 elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
 
 boot=$(cat target/vm/boot-seconds 2>/dev/null || echo "?")

@@ -34,6 +34,12 @@ pub enum BpfError {
     },
     #[error("program {0} is missing from memtide's BPF object (stale build?)")]
     MissingProgram(&'static str),
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: aya::maps::MapError,
+    },
 }
 
 impl BpfError {
@@ -101,4 +107,18 @@ pub fn probe_load() -> Result<String, BpfError> {
         "loaded perf_event program {name} from the embedded object ({} bytes) and unloaded it",
         OBJECT.len()
     ))
+}
+
+/// Takes map `name` out of the loaded object as a typed map (`RingBuf`, `HashMap`, ...).
+pub fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, BpfError>
+where
+    M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
+{
+    let map = ebpf.take_map(name).ok_or(BpfError::Map {
+        name,
+        source: aya::maps::MapError::InvalidName {
+            name: name.to_owned(),
+        },
+    })?;
+    M::try_from(map).map_err(|source| BpfError::Map { name, source })
 }

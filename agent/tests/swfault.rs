@@ -7,9 +7,7 @@ mod support;
 
 use std::{
     collections::BTreeSet,
-    io::{BufRead as _, BufReader, Write as _},
-    process::{Child, ChildStdin, ChildStdout, Command, Stdio},
-    sync::Arc,
+    sync::{Arc, atomic::Ordering},
     time::{Duration, Instant},
 };
 
@@ -18,69 +16,10 @@ use memtide::sources::{
     sampler::Sampler,
     swfault,
 };
+use support::Workload;
 use tokio::sync::mpsc;
 
 const PAGES: usize = 4096;
-
-struct Workload {
-    child: Child,
-    stdin: ChildStdin,
-    stdout: BufReader<ChildStdout>,
-    pid: u32,
-    base: u64,
-    size: u64,
-}
-
-impl Workload {
-    fn spawn(pages: usize) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memtide-workload"))
-            .args(["--pages", &pages.to_string(), "--no-thp"])
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("spawn memtide-workload");
-        let stdin = child.stdin.take().expect("stdin");
-        let mut stdout = BufReader::new(child.stdout.take().expect("stdout"));
-        let ready = read_line(&mut stdout);
-        let field = |name: &str| {
-            ready
-                .split_whitespace()
-                .find_map(|kv| kv.strip_prefix(&format!("{name}=")))
-                .unwrap_or_else(|| panic!("no {name}= in {ready:?}"))
-                .to_owned()
-        };
-        let pid = field("pid").parse().expect("pid");
-        let base = u64::from_str_radix(field("base").trim_start_matches("0x"), 16).expect("base");
-        let size = field("size").parse().expect("size");
-        Self {
-            child,
-            stdin,
-            stdout,
-            pid,
-            base,
-            size,
-        }
-    }
-
-    fn command(&mut self, command: &str) -> String {
-        writeln!(self.stdin, "{command}").expect("write command");
-        self.stdin.flush().expect("flush");
-        read_line(&mut self.stdout)
-    }
-}
-
-impl Drop for Workload {
-    fn drop(&mut self) {
-        let _ = writeln!(self.stdin, "quit");
-        let _ = self.child.wait();
-    }
-}
-
-fn read_line(stdout: &mut BufReader<ChildStdout>) -> String {
-    let mut line = String::new();
-    stdout.read_line(&mut line).expect("read from workload");
-    line.trim().to_owned()
-}
 
 #[test]
 fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered() {
@@ -92,8 +31,10 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         .build()
         .expect("tokio runtime");
     runtime.block_on(async {
-        let mut target = Workload::spawn(PAGES);
-        let mut bystander = Workload::spawn(PAGES);
+        let workload_args = ["--pages", &PAGES.to_string(), "--no-thp"].map(str::to_owned);
+        let args: Vec<&str> = workload_args.iter().map(String::as_str).collect();
+        let mut target = Workload::spawn(&args);
+        let mut bystander = Workload::spawn(&args);
 
         let cpus = aya::util::online_cpus().expect("online CPUs");
         let mut sampler =
@@ -147,7 +88,7 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         eprintln!(
             "swfault: {} of {PAGES} target pages sampled; drops {drops:?}; decoded {}",
             pages.len(),
-            counters.decoded.load(std::sync::atomic::Ordering::Relaxed)
+            counters.decoded.load(Ordering::Relaxed)
         );
         assert!(
             pages.len() * 100 >= PAGES * 99,
@@ -163,10 +104,12 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
             "the bystander's faults must be dropped in BPF as not_target: {drops:?}"
         );
         assert_eq!(
-            counters.unrouted.load(std::sync::atomic::Ordering::Relaxed),
+            counters.unrouted.load(Ordering::Relaxed),
             0,
             "nothing of the bystander may leave BPF"
         );
         drop(bystander);
+        drop(sampler);
+        support::assert_no_memtide_bpf_programs();
     });
 }

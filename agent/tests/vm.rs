@@ -3,5 +3,6 @@
 //! why it is skipped.
 mod support;
 mod vm {
+    pub(crate) mod damon;
     pub(crate) mod smoke;
 }

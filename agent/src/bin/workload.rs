@@ -6,11 +6,16 @@
 //!
 //! | command | effect | reply |
 //! |---|---|---|
-//! | `touch` | writes one byte in every page (one page fault per page on a fresh buffer) | `touched N` |
+//! | `touch [FIRST COUNT]` | writes one byte in each page of the range (default: all); one page fault per page on a fresh buffer | `touched N` |
+//! | `hot FIRST COUNT SECONDS [r\|rw]` | for SECONDS, sweeps the range reading (and with `rw` also writing) one word per page | `hot passes=P` |
 //! | `quit` (or end of input) | exits | — |
+//!
+//! Ranges are in pages from the start of the buffer. The workload is single-threaded on
+//! purpose: `hot` blocks until done, so a test knows exactly when accesses happen.
 use std::{
     io::{self, BufRead as _, Write as _},
     process::ExitCode,
+    time::{Duration, Instant},
 };
 
 use clap::Parser;
@@ -61,6 +66,89 @@ impl Buffer {
     fn pages_mut(&mut self) -> &mut [u8] {
         &mut self.storage[self.offset..self.offset + self.len]
     }
+
+    /// The byte range of pages `first..first + count`, or an error naming the bad bound.
+    fn range(&self, first: usize, count: usize) -> Result<std::ops::Range<usize>, String> {
+        let pages = self.len / PAGE;
+        match first.checked_add(count) {
+            Some(end) if end <= pages => Ok(first * PAGE..end * PAGE),
+            _ => Err(format!(
+                "range {first}+{count} outside the {pages}-page buffer"
+            )),
+        }
+    }
+
+    fn touch(&mut self, range: std::ops::Range<usize>) -> usize {
+        let pages = &mut self.pages_mut()[range];
+        for page in pages.chunks_mut(PAGE) {
+            // black_box: the write must happen although nothing reads it back.
+            page[0] = std::hint::black_box(1);
+        }
+        pages.len() / PAGE
+    }
+
+    /// Sweeps the range until `duration` has passed; returns the number of full passes.
+    fn hot(&mut self, range: std::ops::Range<usize>, duration: Duration, write: bool) -> u64 {
+        let deadline = Instant::now() + duration;
+        let mut passes = 0u64;
+        let mut sum = 0u64;
+        while Instant::now() < deadline {
+            let pages = &mut self.pages_mut()[range.clone()];
+            for page in pages.chunks_mut(PAGE) {
+                sum = sum.wrapping_add(u64::from(std::hint::black_box(page[8])));
+                if write {
+                    page[8] = page[8].wrapping_add(1);
+                }
+            }
+            passes += 1;
+        }
+        std::hint::black_box(sum);
+        passes
+    }
+}
+
+fn parse_range(buffer: &Buffer, words: &[&str]) -> Result<std::ops::Range<usize>, String> {
+    match words {
+        [] => Ok(0..buffer.len),
+        [first, count, ..] => {
+            let first = first
+                .parse()
+                .map_err(|_| format!("bad first page {first:?}"))?;
+            let count = count
+                .parse()
+                .map_err(|_| format!("bad page count {count:?}"))?;
+            buffer.range(first, count)
+        }
+        [_] => Err("give FIRST and COUNT, or neither".to_owned()),
+    }
+}
+
+fn execute(buffer: &mut Buffer, line: &str) -> Option<String> {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    let reply = match words.as_slice() {
+        ["touch", rest @ ..] => {
+            parse_range(buffer, rest).map(|range| format!("touched {}", buffer.touch(range)))
+        }
+        ["hot", first, count, seconds, mode @ ..] => {
+            let write = match mode {
+                [] | ["r"] => Ok(false),
+                ["rw"] => Ok(true),
+                other => Err(format!("bad mode {other:?} (r or rw)")),
+            };
+            let seconds = seconds
+                .parse::<f64>()
+                .ok()
+                .filter(|s| s.is_finite() && *s >= 0.0)
+                .ok_or_else(|| format!("bad duration {seconds:?}"));
+            parse_range(buffer, &[first, count]).and_then(|range| {
+                let passes = buffer.hot(range, Duration::from_secs_f64(seconds?), write?);
+                Ok(format!("hot passes={passes}"))
+            })
+        }
+        ["quit"] => return None,
+        _ => Err(format!("unknown command {line:?}")),
+    };
+    Some(reply.unwrap_or_else(|error| format!("error {error}")))
 }
 
 fn main() -> ExitCode {
@@ -88,17 +176,8 @@ fn main() -> ExitCode {
     }
     for line in io::stdin().lock().lines() {
         let Ok(line) = line else { break };
-        let reply = match line.trim() {
-            "touch" => {
-                let pages = buffer.pages_mut();
-                for page in pages.chunks_mut(PAGE) {
-                    // black_box: the write must happen although nothing reads it back.
-                    page[0] = std::hint::black_box(1);
-                }
-                format!("touched {}", args.pages)
-            }
-            "quit" => break,
-            other => format!("error unknown command {other:?}"),
+        let Some(reply) = execute(&mut buffer, line.trim()) else {
+            break;
         };
         if report(&mut out, reply).is_err() {
             break;

@@ -7,6 +7,7 @@
 
 pub mod damon;
 pub mod damon_monitor;
+pub mod damon_source;
 pub mod ingest;
 pub mod pmu;
 pub mod sampler;

@@ -202,9 +202,9 @@ impl Sampler {
             }
         }
 
-        let targets = take_map(&mut ebpf, names::MAP_TARGETS)?;
-        let drops = take_map(&mut ebpf, names::MAP_DROPS)?;
-        let ring = take_map(&mut ebpf, names::MAP_SAMPLES)?;
+        let targets = bpf::take_map(&mut ebpf, names::MAP_TARGETS)?;
+        let drops = bpf::take_map(&mut ebpf, names::MAP_DROPS)?;
+        let ring = bpf::take_map(&mut ebpf, names::MAP_SAMPLES)?;
         let sampler = Self {
             events,
             targets,
@@ -266,17 +266,4 @@ impl Sampler {
     pub fn event_count(&self) -> usize {
         self.events.len()
     }
-}
-
-fn take_map<M>(ebpf: &mut Ebpf, name: &'static str) -> Result<M, SamplerError>
-where
-    M: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
-{
-    let map = ebpf.take_map(name).ok_or(SamplerError::Map {
-        name,
-        source: aya::maps::MapError::InvalidName {
-            name: name.to_owned(),
-        },
-    })?;
-    M::try_from(map).map_err(|source| SamplerError::Map { name, source })
 }

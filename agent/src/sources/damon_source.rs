@@ -1,0 +1,202 @@
+//! The DAMON source: memtide's own kdamond monitoring the targets' virtual address spaces,
+//! with `damon:damon_aggregated` forwarded by a BPF tracepoint program into a ring buffer.
+//!
+//! Start-up order matters for clean failure: start the kdamond (refused, without a write, if
+//! anyone else uses DAMON), read the tracepoint format, then load and attach the program.
+//! Drop order is the reverse: the program is detached before the kdamond is stopped and
+//! removed, so nothing memtide created outlives it.
+
+use std::path::PathBuf;
+
+use aya::{
+    Ebpf, EbpfLoader,
+    maps::{Array, MapData, RingBuf},
+    programs::TracePoint,
+};
+use memtide_common::{DamonRegion, names};
+use tokio::sync::{mpsc, watch};
+
+use super::damon_monitor::{
+    DamonError, DamonMonitor, DamonMonitorConfig, damon_aggregated_offsets,
+};
+use crate::{
+    bpf::{self, BpfError},
+    sys::async_fd,
+    sysfs::HostRoot,
+};
+
+#[derive(Debug, thiserror::Error)]
+pub enum DamonSourceError {
+    #[error(
+        "tracefs is not mounted (looked for {0:?}); mount it: mount -t tracefs nodev \
+         /sys/kernel/tracing"
+    )]
+    NoTracefs(Vec<PathBuf>),
+    #[error(transparent)]
+    Damon(#[from] DamonError),
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
+    #[error("attaching to damon:damon_aggregated: {0}")]
+    Attach(#[source] aya::programs::ProgramError),
+}
+
+/// Where tracefs is, if mounted.
+pub fn find_tracefs(root: &HostRoot) -> Result<PathBuf, DamonSourceError> {
+    let candidates = [
+        root.path("sys/kernel/tracing"),
+        root.path("sys/kernel/debug/tracing"),
+    ];
+    candidates
+        .iter()
+        .find(|path| path.join("events").is_dir())
+        .cloned()
+        .ok_or_else(|| DamonSourceError::NoTracefs(candidates.to_vec()))
+}
+
+/// A running DAMON source. Field order is drop order.
+pub struct DamonSource {
+    ring: Option<RingBuf<MapData>>,
+    owner: Array<MapData, u32>,
+    /// Holds the attached program; dropping it detaches.
+    _ebpf: Ebpf,
+    monitor: DamonMonitor,
+}
+
+impl std::fmt::Debug for DamonSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DamonSource")
+            .field("monitor", &self.monitor)
+            .finish_non_exhaustive()
+    }
+}
+
+impl DamonSource {
+    /// Starts monitoring `pids` (at least one) with memtide's own kdamond.
+    pub fn start(
+        root: &HostRoot,
+        config: &DamonMonitorConfig,
+        pids: &[u32],
+    ) -> Result<Self, DamonSourceError> {
+        // DAMON first: a busy DAMON is refused before anything is written, and that is the
+        // answer an operator needs. A kdamond started here is removed again (drop) if the
+        // tracepoint side fails below.
+        let monitor = DamonMonitor::start(root, config, pids)?;
+        let tracefs = find_tracefs(root)?;
+        let offsets = damon_aggregated_offsets(&tracefs)?;
+
+        let mut loader = EbpfLoader::new();
+        loader.override_global(names::GLOBAL_DAMON_OFFSETS, &offsets, true);
+        let mut ebpf = bpf::load_object(&mut loader)?;
+        let name = names::PROG_DAMON_AGGREGATED;
+        let program: &mut TracePoint = ebpf
+            .program_mut(name)
+            .ok_or(BpfError::MissingProgram(name))?
+            .try_into()
+            .map_err(|source| BpfError::Program { name, source })?;
+        program
+            .load()
+            .map_err(|source| BpfError::Program { name, source })?;
+        program
+            .attach("damon", "damon_aggregated")
+            .map_err(DamonSourceError::Attach)?;
+        let owner = bpf::take_map(&mut ebpf, names::MAP_DAMON_OWNER)?;
+        let ring = bpf::take_map(&mut ebpf, names::MAP_DAMON_REGIONS)?;
+        let mut source = Self {
+            ring: Some(ring),
+            owner,
+            _ebpf: ebpf,
+            monitor,
+        };
+        source.publish_owner()?;
+        Ok(source)
+    }
+
+    /// Tells the BPF program which kdamond's regions are ours.
+    fn publish_owner(&mut self) -> Result<(), BpfError> {
+        let pid = self.monitor.kdamond_pid().unwrap_or(0);
+        self.owner.set(0, pid, 0).map_err(|source| BpfError::Map {
+            name: names::MAP_DAMON_OWNER,
+            source,
+        })
+    }
+
+    /// Replaces the monitored processes (target index → pid changes with it).
+    pub fn set_targets(&mut self, pids: &[u32]) -> Result<(), DamonSourceError> {
+        self.monitor.set_targets(pids)?;
+        self.publish_owner()?;
+        Ok(())
+    }
+
+    /// The pid of DAMON target `index`, as reported in [`DamonRegion::target`].
+    #[must_use]
+    pub fn target_pid(&self, index: u64) -> Option<u32> {
+        self.monitor.target_pid(index)
+    }
+
+    /// The kdamond thread memtide started, while it runs.
+    #[must_use]
+    pub fn kdamond_pid(&self) -> Option<u32> {
+        self.monitor.kdamond_pid()
+    }
+
+    /// `nr_accesses` of a region accessed at every sampling interval.
+    #[must_use]
+    pub fn max_nr_accesses(&self) -> u32 {
+        self.monitor.config().max_nr_accesses()
+    }
+
+    /// The region ring, for [`run_damon_ring`]. Taken once.
+    pub fn take_ring(&mut self) -> Option<RingBuf<MapData>> {
+        self.ring.take()
+    }
+
+    /// Detaches the program, then stops and removes the kdamond, reporting failures (drop
+    /// does the same but can only log them).
+    pub fn stop(self) -> Result<(), DamonSourceError> {
+        let Self {
+            ring,
+            owner,
+            _ebpf: ebpf,
+            mut monitor,
+        } = self;
+        drop((ring, owner, ebpf));
+        monitor.stop()?;
+        Ok(())
+    }
+}
+
+/// Drains DAMON region records into `sender` in batches, one batch per wake-up, until `stop`
+/// flips to true. A full channel drops the batch; the count of dropped regions is returned.
+pub async fn run_damon_ring(
+    ring: RingBuf<MapData>,
+    sender: mpsc::Sender<Vec<DamonRegion>>,
+    mut stop: watch::Receiver<bool>,
+) -> std::io::Result<u64> {
+    let mut ring = async_fd::register_readable(ring)?;
+    let mut dropped = 0u64;
+    loop {
+        tokio::select! {
+            changed = stop.changed() => {
+                if changed.is_err() || *stop.borrow() {
+                    break;
+                }
+            }
+            guard = ring.readable_mut() => {
+                let mut guard = guard?;
+                let mut batch = Vec::new();
+                let ring = guard.get_inner_mut();
+                while let Some(record) = ring.next() {
+                    if let Some(region) = DamonRegion::from_ne_bytes(&record) {
+                        batch.push(region);
+                    }
+                }
+                guard.clear_ready();
+                let len = batch.len() as u64;
+                if !batch.is_empty() && sender.try_send(batch).is_err() {
+                    dropped += len;
+                }
+            }
+        }
+    }
+    Ok(dropped)
+}
