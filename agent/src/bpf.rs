@@ -3,7 +3,7 @@
 //! The object holds the sampler (`perf_event`) programs and the DAMON tracepoint program; see
 //! `ebpf/src/main.rs`. Loading it needs CAP_BPF (plus CAP_PERFMON to attach to perf events).
 
-use std::io;
+use std::{io, os::fd::OwnedFd, time::Duration};
 
 use aya::{Ebpf, EbpfError, EbpfLoader, programs::PerfEvent};
 use memtide_common::names;
@@ -121,4 +121,36 @@ where
         },
     })?;
     M::try_from(map).map_err(|source| BpfError::Map { name, source })
+}
+
+/// Kernel-measured cost of one loaded program (needs [`enable_run_time_stats`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgramStats {
+    pub name: String,
+    /// Total time the kernel spent running the program.
+    pub run_time: Duration,
+    /// Number of times it ran.
+    pub run_count: u64,
+}
+
+/// Turns on the kernel's BPF run-time accounting (`BPF_ENABLE_STATS`) for as long as the
+/// returned fd is open. It costs two clock reads per program run, so it is kept on only
+/// while someone asks for the figures (the metrics layer, the live benchmark).
+pub fn enable_run_time_stats() -> Result<OwnedFd, io::Error> {
+    aya::sys::enable_stats(aya::sys::Stats::RunTime).map_err(|error| error.io_error)
+}
+
+/// Run time and count of every loaded program of `ebpf`, as the kernel reports them.
+#[must_use]
+pub fn program_stats(ebpf: &Ebpf) -> Vec<ProgramStats> {
+    ebpf.programs()
+        .filter_map(|(name, program)| {
+            let info = program.info().ok()?;
+            Some(ProgramStats {
+                name: name.to_owned(),
+                run_time: info.run_time(),
+                run_count: info.run_count(),
+            })
+        })
+        .collect()
 }

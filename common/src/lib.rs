@@ -203,7 +203,10 @@ pub struct SamplerConfig {
     pub source: u8,
     /// When 1, only processes in the `TARGETS` map are sampled; when 0 every process is.
     pub filter_by_target: u8,
-    pub _pad: [u8; 6],
+    pub _pad: [u8; 2],
+    /// Wake user space only once this many bytes wait in the ring (it also polls on a
+    /// timer): one wake-up per sample would cost more than the sample itself.
+    pub wakeup_bytes: u32,
 }
 const _: () = assert!(size_of::<SamplerConfig>() == 8);
 

@@ -18,6 +18,7 @@
 
 use aya_ebpf::{
     EbpfContext as _,
+    bindings::{BPF_RB_AVAIL_DATA, BPF_RB_FORCE_WAKEUP, BPF_RB_NO_WAKEUP},
     macros::{map, perf_event, tracepoint},
     maps::{Array, HashMap, PerCpuArray, RingBuf},
     programs::{PerfEventContext, TracePointContext},
@@ -53,7 +54,8 @@ static DROPS: PerCpuArray<u64> = PerCpuArray::with_max_entries(DropReason::COUNT
 static SAMPLER_CONFIG: SamplerConfig = SamplerConfig {
     source: 0,
     filter_by_target: 1,
-    _pad: [0; 6],
+    _pad: [0; 2],
+    wakeup_bytes: 0,
 };
 
 /// Set by the agent from `events/damon/damon_aggregated/format` before loading.
@@ -108,7 +110,14 @@ fn on_sample(ctx: &PerfEventContext, kind: AccessKind) -> u32 {
         source: config.source,
         _pad: [0; 2],
     });
-    entry.submit(0);
+    // Batch wake-ups: the agent is woken once enough samples wait, and drains on a timer.
+    let waiting = SAMPLES.query(u64::from(BPF_RB_AVAIL_DATA));
+    let flags = if waiting >= u64::from(config.wakeup_bytes) {
+        BPF_RB_FORCE_WAKEUP
+    } else {
+        BPF_RB_NO_WAKEUP
+    };
+    entry.submit(u64::from(flags));
     // 0: the kernel skips its own perf ring output for this sample; ours is the only copy.
     0
 }

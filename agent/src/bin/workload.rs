@@ -8,6 +8,7 @@
 //! |---|---|---|
 //! | `touch [FIRST COUNT]` | writes one byte in each page of the range (default: all); one page fault per page on a fresh buffer | `touched N` |
 //! | `hot FIRST COUNT SECONDS [r\|rw]` | for SECONDS, sweeps the range reading (and with `rw` also writing) one word per page | `hot passes=P` |
+//! | `churn ROUNDS` | ROUNDS times: touch every page, then give the pages back (`MADV_DONTNEED`); one fault per page per round, like a program that keeps mapping and unmapping a hot buffer | `churned faults=F` |
 //! | `quit` (or end of input) | exits | — |
 //!
 //! Ranges are in pages from the start of the buffer. The workload is single-threaded on
@@ -145,6 +146,18 @@ fn execute(buffer: &mut Buffer, line: &str) -> Option<String> {
                 Ok(format!("hot passes={passes}"))
             })
         }
+        ["churn", rounds] => rounds
+            .parse::<usize>()
+            .map_err(|_| format!("bad round count {rounds:?}"))
+            .and_then(|rounds| {
+                let mut faults = 0;
+                for _ in 0..rounds {
+                    faults += buffer.touch(0..buffer.len);
+                    memtide::sys::process::discard_pages(buffer.pages_mut())
+                        .map_err(|error| format!("madvise: {error}"))?;
+                }
+                Ok(format!("churned faults={faults}"))
+            }),
         ["quit"] => return None,
         _ => Err(format!("unknown command {line:?}")),
     };

@@ -58,7 +58,7 @@ pub struct DamonSource {
     ring: Option<RingBuf<MapData>>,
     owner: Array<MapData, u32>,
     /// Holds the attached program; dropping it detaches.
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
     monitor: DamonMonitor,
 }
 
@@ -104,7 +104,7 @@ impl DamonSource {
         let mut source = Self {
             ring: Some(ring),
             owner,
-            _ebpf: ebpf,
+            ebpf,
             monitor,
         };
         source.publish_owner()?;
@@ -133,6 +133,12 @@ impl DamonSource {
         self.monitor.target_pid(index)
     }
 
+    /// Kernel-measured run time of the tracepoint program.
+    #[must_use]
+    pub fn program_stats(&self) -> Vec<bpf::ProgramStats> {
+        bpf::program_stats(&self.ebpf)
+    }
+
     /// The kdamond thread memtide started, while it runs.
     #[must_use]
     pub fn kdamond_pid(&self) -> Option<u32> {
@@ -156,7 +162,7 @@ impl DamonSource {
         let Self {
             ring,
             owner,
-            _ebpf: ebpf,
+            ebpf,
             mut monitor,
         } = self;
         drop((ring, owner, ebpf));

@@ -214,6 +214,16 @@ impl Router {
     }
 }
 
+/// How often the ring is drained when the BPF side has not woken us (it batches wake-ups).
+pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+
+fn drain(ring: &mut RingBuf<MapData>, router: &mut Router) {
+    while let Some(record) = ring.next() {
+        router.push_record(&record);
+    }
+    router.flush();
+}
+
 /// Drains `ring` into `router` until `control` is closed. Returns the router (with its final
 /// batches sent) so a caller can inspect it.
 pub async fn run_sample_ring(
@@ -222,6 +232,10 @@ pub async fn run_sample_ring(
     mut control: mpsc::Receiver<RouteCommand>,
 ) -> std::io::Result<Router> {
     let mut ring = async_fd::register_readable(ring)?;
+    // The BPF side wakes us only when an eighth of the ring is full; the timer picks up the
+    // rest, so a quiet target's samples wait at most one tick.
+    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
             // Route changes first: a target added before its first samples must not miss them.
@@ -232,21 +246,14 @@ pub async fn run_sample_ring(
             },
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                let ring = guard.get_inner_mut();
-                while let Some(record) = ring.next() {
-                    router.push_record(&record);
-                }
-                router.flush();
+                drain(guard.get_inner_mut(), &mut router);
                 guard.clear_ready();
             }
+            _ = tick.tick() => drain(ring.get_mut(), &mut router),
         }
     }
     // Whatever arrived before shutdown still counts.
-    let ring = ring.get_mut();
-    while let Some(record) = ring.next() {
-        router.push_record(&record);
-    }
-    router.flush();
+    drain(ring.get_mut(), &mut router);
     Ok(router)
 }
 

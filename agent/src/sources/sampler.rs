@@ -23,14 +23,25 @@ use crate::{
     sys::perf::{self, PerfAttr},
 };
 
-/// One event to open on every CPU, and which program (access kind) samples it.
+/// One event to open on every CPU (or on `cpus`), and which program (access kind) samples it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventSpec {
     pub attr: PerfAttr,
     pub kind: AccessKind,
     /// Opened first on each CPU as the group leader of the next spec (Sapphire Rapids'
-    /// `mem-loads-aux`); carries no program.
+    /// `mem-loads-aux`); carries no program. Only that next spec joins the group.
     pub group_leader: bool,
+    /// Open only on these CPUs (a hybrid part's `cpu_core`/`cpu_atom` PMU counts only on its
+    /// own CPUs, listed in the PMU's `cpus` file); `None`: every CPU of the sampler.
+    pub cpus: Option<Vec<u32>>,
+}
+
+impl EventSpec {
+    /// Whether the event is opened on `cpu`.
+    #[must_use]
+    pub fn opens_on(&self, cpu: u32) -> bool {
+        self.cpus.as_ref().is_none_or(|cpus| cpus.contains(&cpu))
+    }
 }
 
 /// Everything needed to start sampling.
@@ -43,6 +54,40 @@ pub struct SamplerSpec {
     pub ring_bytes: u32,
     /// Only processes in the allowlist are sampled; `false` samples everything (observe-all).
     pub filter_by_target: bool,
+}
+
+/// One event to open on one CPU: the index into [`SamplerSpec::events`], and the index of the
+/// group leader it joins (opened just before it on the same CPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PlannedOpen {
+    pub cpu: u32,
+    pub event: usize,
+    pub leader: Option<usize>,
+}
+
+impl SamplerSpec {
+    /// The events to open, in order: CPU by CPU, each event on the CPUs it [opens
+    /// on](EventSpec::opens_on); a group leader's group holds only the spec right after it.
+    #[must_use]
+    pub fn open_plan(&self) -> Vec<PlannedOpen> {
+        let mut plan = Vec::with_capacity(self.cpus.len() * self.events.len());
+        for &cpu in &self.cpus {
+            let mut leader = None;
+            for (index, event) in self.events.iter().enumerate() {
+                if !event.opens_on(cpu) {
+                    leader = None;
+                    continue;
+                }
+                plan.push(PlannedOpen {
+                    cpu,
+                    event: index,
+                    leader: if event.group_leader { None } else { leader },
+                });
+                leader = event.group_leader.then_some(index);
+            }
+        }
+        plan
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -108,7 +153,7 @@ pub struct Sampler {
     targets: BpfHashMap<MapData, u32, u8>,
     drops: PerCpuArray<MapData, u64>,
     ring: Option<RingBuf<MapData>>,
-    _ebpf: Ebpf,
+    ebpf: Ebpf,
 }
 
 impl std::fmt::Debug for Sampler {
@@ -129,7 +174,10 @@ impl Sampler {
         let config = SamplerConfig {
             source: spec.source as u8,
             filter_by_target: u8::from(spec.filter_by_target),
-            _pad: [0; 6],
+            _pad: [0; 2],
+            // An eighth of the ring: a wake-up drains thousands of samples, and the ring
+            // still has room for the drain timer's worth of samples after it.
+            wakeup_bytes: spec.ring_bytes / 8,
         };
         let mut loader = EbpfLoader::new();
         loader
@@ -156,51 +204,55 @@ impl Sampler {
                 .map_err(|source| BpfError::Program { name, source })?;
         }
 
-        let mut events = Vec::with_capacity(spec.cpus.len() * spec.events.len());
-        for &cpu in &spec.cpus {
-            let mut leader: Option<OwnedFd> = None;
-            for event in &spec.events {
-                let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
-                let fd = perf::open(
-                    &event.attr,
-                    -1,
-                    cpu_arg,
-                    leader.as_ref().map(|fd| fd.as_fd()),
-                )
-                .map_err(|source| SamplerError::OpenEvent {
+        let plan = spec.open_plan();
+        let mut events = Vec::with_capacity(plan.len());
+        // The leader opened last, until the spec after it has joined its group.
+        let mut leader: Option<(usize, OwnedFd)> = None;
+        for step in plan {
+            let (cpu, event) = (step.cpu, &spec.events[step.event]);
+            let group = match (&leader, step.leader) {
+                (Some((index, fd)), Some(wanted)) if *index == wanted => Some(fd.as_fd()),
+                _ => None,
+            };
+            let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
+            let fd = perf::open(&event.attr, -1, cpu_arg, group).map_err(|source| {
+                SamplerError::OpenEvent {
                     what: format!(
                         "type {} config {:#x} period {}",
                         event.attr.type_, event.attr.config, event.attr.sample_period
                     ),
                     cpu,
                     source,
-                })?;
-                if event.group_leader {
-                    leader = Some(fd);
-                    continue;
                 }
-                let name = program_for(event.kind);
-                let program: &PerfEvent = ebpf
-                    .program(name)
-                    .ok_or(BpfError::MissingProgram(name))?
-                    .try_into()
-                    .map_err(|source| BpfError::Program { name, source })?;
-                let program_fd = program
-                    .fd()
-                    .map_err(|source| BpfError::Program { name, source })?;
-                perf::set_bpf(fd.as_fd(), program_fd.as_fd()).map_err(|source| {
-                    SamplerError::Attach {
-                        program: name,
-                        cpu,
-                        source,
-                    }
-                })?;
-                events.push(fd);
+            })?;
+            // A leader whose member has been opened (or that has none) is done.
+            let finished = leader.take().map(|(_, fd)| fd);
+            if event.group_leader {
+                events.extend(finished);
+                leader = Some((step.event, fd));
+                continue;
             }
-            if let Some(leader) = leader {
-                events.push(leader);
-            }
+            let name = program_for(event.kind);
+            let program: &PerfEvent = ebpf
+                .program(name)
+                .ok_or(BpfError::MissingProgram(name))?
+                .try_into()
+                .map_err(|source| BpfError::Program { name, source })?;
+            let program_fd = program
+                .fd()
+                .map_err(|source| BpfError::Program { name, source })?;
+            perf::set_bpf(fd.as_fd(), program_fd.as_fd()).map_err(|source| {
+                SamplerError::Attach {
+                    program: name,
+                    cpu,
+                    source,
+                }
+            })?;
+            // Members before their leader: they close first on drop.
+            events.push(fd);
+            events.extend(finished);
         }
+        events.extend(leader.map(|(_, fd)| fd));
 
         let targets = bpf::take_map(&mut ebpf, names::MAP_TARGETS)?;
         let drops = bpf::take_map(&mut ebpf, names::MAP_DROPS)?;
@@ -210,7 +262,7 @@ impl Sampler {
             targets,
             drops,
             ring: Some(ring),
-            _ebpf: ebpf,
+            ebpf,
         };
         // Members of a group only count while their leader is enabled too: enable all.
         for event in &sampler.events {
@@ -261,9 +313,76 @@ impl Sampler {
         Ok(counts)
     }
 
+    /// Kernel-measured run time of the sampler programs (zero unless run-time stats are on,
+    /// see [`bpf::enable_run_time_stats`]).
+    #[must_use]
+    pub fn program_stats(&self) -> Vec<bpf::ProgramStats> {
+        bpf::program_stats(&self.ebpf)
+    }
+
     /// Number of perf events open (one or two per CPU).
     #[must_use]
     pub fn event_count(&self) -> usize {
         self.events.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn event(group_leader: bool, cpus: Option<Vec<u32>>) -> EventSpec {
+        EventSpec {
+            attr: PerfAttr::default(),
+            kind: AccessKind::Load,
+            group_leader,
+            cpus,
+        }
+    }
+
+    fn spec(events: Vec<EventSpec>, cpus: Vec<u32>) -> SamplerSpec {
+        SamplerSpec {
+            source: SampleSource::Pebs,
+            events,
+            cpus,
+            ring_bytes: 4096,
+            filter_by_target: true,
+        }
+    }
+
+    fn plan(spec: &SamplerSpec) -> Vec<(u32, usize, Option<usize>)> {
+        spec.open_plan()
+            .into_iter()
+            .map(|p| (p.cpu, p.event, p.leader))
+            .collect()
+    }
+
+    #[test]
+    fn events_without_cpus_open_everywhere() {
+        let s = super::super::swfault::spec(vec![0, 3], 1, 4096, false);
+        assert_eq!(plan(&s), vec![(0, 0, None), (3, 0, None)]);
+    }
+
+    #[test]
+    fn a_leader_groups_only_the_next_event_on_its_cpus() {
+        let s = spec(
+            vec![
+                event(true, Some(vec![0])),
+                event(false, None),
+                event(false, None),
+            ],
+            vec![0, 1],
+        );
+        assert_eq!(
+            plan(&s),
+            vec![
+                (0, 0, None),
+                (0, 1, Some(0)),
+                (0, 2, None),
+                // No leader on CPU 1: the member opens on its own.
+                (1, 1, None),
+                (1, 2, None),
+            ]
+        );
     }
 }

@@ -27,6 +27,7 @@ pub fn page_fault_event(period: u64) -> EventSpec {
         },
         kind: AccessKind::Unknown,
         group_leader: false,
+        cpus: None,
     }
 }
 

@@ -14,3 +14,27 @@ pub fn disable_thp() -> io::Result<()> {
         Ok(())
     }
 }
+
+/// Gives the pages under `buffer` back to the kernel (`MADV_DONTNEED`): the next access to
+/// each page faults in a fresh zero page. The workload uses it to produce page faults on
+/// demand without unmapping memory Rust still owns.
+pub fn discard_pages(buffer: &mut [u8]) -> io::Result<()> {
+    let start = buffer.as_mut_ptr();
+    let page = 4096usize;
+    let misalignment = start as usize % page;
+    if misalignment != 0 || !buffer.len().is_multiple_of(page) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            "discard_pages needs a page-aligned, whole-page buffer",
+        ));
+    }
+    // SAFETY: the range is exactly the caller's exclusively borrowed, page-aligned buffer of
+    // private anonymous memory; MADV_DONTNEED only replaces its contents with zeros, which
+    // are valid `u8` values, and no other reference to it exists during the call.
+    let ret = unsafe { libc::madvise(start.cast(), buffer.len(), libc::MADV_DONTNEED) };
+    if ret < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
+    }
+}

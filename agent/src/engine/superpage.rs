@@ -1,0 +1,276 @@
+//! Stage 1 of Rainbow's two-stage counting: one record per touched 2 MiB superpage.
+//!
+//! A record holds saturating 16-bit read and write counters for the interval being counted and
+//! their cooled history (`heat = heat >> shift + interval` at each close), Memos' write history,
+//! and the bookkeeping the epoch controller needs. Records live in a `Vec`; an open-addressing
+//! table of `u32` indices (Fibonacci hashing, linear probing) finds them, which costs 4 bytes per
+//! slot instead of a `HashMap`'s 16. Memory is therefore proportional to touched superpages.
+
+use crate::policy::rw::{self, Domain};
+
+/// Stage-2 slot of a record that has none.
+pub(crate) const NO_SLOT: u32 = u32::MAX;
+const EMPTY: u32 = u32::MAX;
+const FIB: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The record has been touched before (a later touch is a reuse).
+pub(crate) const SEEN: u8 = 1;
+/// Touched since the last plan.
+pub(crate) const TOUCHED_EPOCH: u8 = 2;
+/// Was in the hot set at the last plan.
+pub(crate) const HOT_PREV: u8 = 4;
+/// Selected for stage 2 at this close but has no slot yet.
+pub(crate) const NEEDS_SLOT: u8 = 8;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct SuperpageRecord {
+    /// Superpage number: address >> 21.
+    pub sp: u64,
+    pub heat_r: u16,
+    pub heat_w: u16,
+    pub ivl_r: u16,
+    pub ivl_w: u16,
+    pub slot: u32,
+    /// Interval index (mod 2^16) of the last interval with a touch.
+    pub last_touch: u16,
+    /// Memos' domain history, latest interval in bit 0 (1 = write-dominant).
+    pub write_history: u8,
+    pub flags: u8,
+}
+
+impl SuperpageRecord {
+    const fn new(sp: u64) -> Self {
+        Self {
+            sp,
+            heat_r: 0,
+            heat_w: 0,
+            ivl_r: 0,
+            ivl_w: 0,
+            slot: NO_SLOT,
+            last_touch: 0,
+            write_history: 0,
+            flags: 0,
+        }
+    }
+
+    /// Write-weighted cooled hotness, the stage-1 ranking key.
+    pub(crate) fn weighted(&self, write_weight: u32) -> u32 {
+        u32::from(self.heat_r) + write_weight * u32::from(self.heat_w)
+    }
+
+    /// Unweighted cooled accesses.
+    pub(crate) fn accesses(&self) -> u32 {
+        u32::from(self.heat_r) + u32::from(self.heat_w)
+    }
+
+    /// Closes `steps` intervals (the first with this record's counts, the rest empty).
+    /// Returns the closing interval's domain and, for a touched record seen before, the reuse gap.
+    pub(crate) fn close(
+        &mut self,
+        shift: u32,
+        steps: u32,
+        interval: u16,
+        rw_ratio: u32,
+    ) -> (Domain, Option<u32>) {
+        let domain = rw::classify(u64::from(self.ivl_r), u64::from(self.ivl_w), rw_ratio);
+        let mut gap = None;
+        if domain != Domain::Cold {
+            if self.flags & SEEN != 0 {
+                gap = Some(u32::from(interval.wrapping_sub(self.last_touch)));
+            }
+            self.last_touch = interval;
+            self.flags |= SEEN | TOUCHED_EPOCH;
+        }
+        let history = u32::from(rw::push_history(self.write_history, domain)) << (steps - 1).min(8);
+        self.write_history = (history & 0xFF) as u8;
+        let total = shift.saturating_mul(steps);
+        self.heat_r = cool(self.heat_r, total).saturating_add(self.ivl_r);
+        self.heat_w = cool(self.heat_w, total).saturating_add(self.ivl_w);
+        self.ivl_r = 0;
+        self.ivl_w = 0;
+        (domain, gap)
+    }
+}
+
+/// `v >> shift`, zero once the shift covers all 16 bits.
+pub(crate) fn cool(v: u16, shift: u32) -> u16 {
+    v.checked_shr(shift).unwrap_or(0)
+}
+
+/// All stage-1 records of one target.
+#[derive(Clone, Debug)]
+pub(crate) struct Stage1 {
+    records: Vec<SuperpageRecord>,
+    slots: Vec<u32>,
+    shift: u32,
+}
+
+impl Default for Stage1 {
+    fn default() -> Self {
+        Self {
+            records: Vec::new(),
+            slots: vec![EMPTY; 16],
+            shift: 64 - 4,
+        }
+    }
+}
+
+impl Stage1 {
+    fn home(&self, sp: u64) -> usize {
+        (sp.wrapping_mul(FIB) >> self.shift) as usize
+    }
+
+    pub(crate) fn find(&self, sp: u64) -> Option<usize> {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(sp);
+        loop {
+            let s = self.slots[i];
+            if s == EMPTY {
+                return None;
+            }
+            if self.records[s as usize].sp == sp {
+                return Some(s as usize);
+            }
+            i = (i + 1) & mask;
+        }
+    }
+
+    /// Index of the record of `sp`, created if absent.
+    pub(crate) fn find_or_insert(&mut self, sp: u64) -> usize {
+        let mask = self.slots.len() - 1;
+        let mut i = self.home(sp);
+        loop {
+            let s = self.slots[i];
+            if s == EMPTY {
+                break;
+            }
+            if self.records[s as usize].sp == sp {
+                return s as usize;
+            }
+            i = (i + 1) & mask;
+        }
+        let idx = self.records.len();
+        self.records.push(SuperpageRecord::new(sp));
+        // Keep the load factor at or below 3/4 so probe chains stay short.
+        if (idx + 1) * 4 > self.slots.len() * 3 {
+            self.rebuild(self.slots.len() * 2);
+        } else {
+            self.slots[i] = idx as u32;
+        }
+        idx
+    }
+
+    fn rebuild(&mut self, nslots: usize) {
+        self.slots.clear();
+        self.slots.resize(nslots, EMPTY);
+        self.shift = 64 - nslots.trailing_zeros();
+        let mask = nslots - 1;
+        for (idx, r) in self.records.iter().enumerate() {
+            let mut i = (r.sp.wrapping_mul(FIB) >> self.shift) as usize;
+            while self.slots[i] != EMPTY {
+                i = (i + 1) & mask;
+            }
+            self.slots[i] = idx as u32;
+        }
+    }
+
+    /// Drops the records for which `keep` is false and re-indexes.
+    pub(crate) fn retain(&mut self, keep: impl FnMut(&SuperpageRecord) -> bool) {
+        self.records.retain(keep);
+        self.records.shrink_to(self.records.len() * 5 / 4);
+        let nslots = (self.records.len() * 4 / 3 + 1).next_power_of_two().max(16);
+        self.slots = Vec::new();
+        self.rebuild(nslots);
+    }
+
+    pub(crate) fn records(&self) -> &[SuperpageRecord] {
+        &self.records
+    }
+
+    pub(crate) fn records_mut(&mut self) -> &mut [SuperpageRecord] {
+        &mut self.records
+    }
+
+    pub(crate) fn get_mut(&mut self, idx: usize) -> &mut SuperpageRecord {
+        &mut self.records[idx]
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.records.capacity() * size_of::<SuperpageRecord>()
+            + self.slots.capacity() * size_of::<u32>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn index_finds_every_record_across_growth_and_retain() {
+        let mut s = Stage1::default();
+        let keys: Vec<u64> = (0..10_000u64)
+            .map(|k| k.wrapping_mul(0x1234_5678_9ABC) >> 7)
+            .collect();
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(s.find_or_insert(*k), i);
+        }
+        for (i, k) in keys.iter().enumerate() {
+            assert_eq!(s.find(*k), Some(i));
+            assert_eq!(s.find_or_insert(*k), i);
+        }
+        assert_eq!(s.find(u64::MAX), None);
+        s.retain(|r| r.sp % 2 == 0);
+        for k in &keys {
+            assert_eq!(s.find(*k).is_some(), k % 2 == 0);
+        }
+        assert!(s.len() < keys.len());
+        // 24-byte records and 4-byte slots: the memory claim of the module docs.
+        assert_eq!(size_of::<SuperpageRecord>(), 24);
+    }
+
+    #[test]
+    fn counters_saturate_and_cool() {
+        let mut r = SuperpageRecord::new(1);
+        r.ivl_r = u16::MAX;
+        r.ivl_w = 3;
+        r.close(1, 1, 1, 2);
+        assert_eq!((r.heat_r, r.heat_w), (u16::MAX, 3));
+        r.ivl_r = 1;
+        r.close(1, 1, 2, 2);
+        // 65535 >> 1 = 32767, + 1.
+        assert_eq!((r.heat_r, r.heat_w), (32_768, 1));
+        r.ivl_r = u16::MAX;
+        r.close(1, 1, 3, 2);
+        assert_eq!(r.heat_r, u16::MAX);
+        // Eight missed intervals at shift 1 divide by 2^8; 16 or more clear.
+        r.close(1, 8, 11, 2);
+        assert_eq!(r.heat_r, 255);
+        r.close(1, 16, 27, 2);
+        assert_eq!((r.heat_r, r.heat_w), (0, 0));
+        assert_eq!(cool(7, 0), 7);
+        assert_eq!(cool(u16::MAX, 16), 0);
+        assert_eq!(cool(u16::MAX, u32::MAX), 0);
+    }
+
+    #[test]
+    fn close_tracks_domain_history_and_reuse() {
+        let mut r = SuperpageRecord::new(1);
+        r.ivl_w = 1;
+        assert_eq!(r.close(1, 1, 5, 2), (Domain::WriteDominant, None));
+        assert_eq!(r.write_history, 1);
+        r.ivl_r = 3;
+        r.ivl_w = 1;
+        assert_eq!(r.close(1, 1, 9, 2), (Domain::ReadDominant, Some(4)));
+        assert_eq!(r.write_history, 0b10);
+        assert_eq!(r.close(1, 3, 10, 2), (Domain::Cold, None));
+        assert_eq!(r.write_history, 0b1_0000);
+        // Interval indices wrap at 2^16.
+        r.ivl_r = 1;
+        assert_eq!(r.close(1, 1, 2, 2).1, Some(65_529));
+        assert_eq!(r.weighted(2), u32::from(r.heat_r) + 2 * u32::from(r.heat_w));
+    }
+}

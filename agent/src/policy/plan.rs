@@ -1,0 +1,998 @@
+//! The planner: one pass per migration epoch that turns hotness into a [`Plan`].
+//!
+//! Order of decisions, each from its own module:
+//! 1. epoch controller and benefit threshold learn from the epoch that just ended;
+//! 2. Ryoo's scans over the stage-2 superpages set the target granularity;
+//! 3. promotion candidates: per stage-2 superpage, whole when dense, else dense medium chunks,
+//!    else single hot pages; each must pass Eq. (1) against the threshold; predicted write-hot
+//!    regions first when slow writes cost more (Memos), then by benefit per byte;
+//! 4. victims (only when needed): fast-resident data, coldest per byte first;
+//! 5. demotions to the low watermark, promotions into free room, then swaps judged by Eq. (2);
+//!    under a bandwidth-bound workload promotions stop at the BW-AWARE share and read-dominant
+//!    data is demoted when the fast tier serves more than it;
+//! 6. every move respects the budgets and the hysteresis, and is recorded for the next epoch.
+
+use std::{collections::BTreeSet, time::Duration};
+
+use serde::Serialize;
+
+use super::{
+    CapacityView, Granularity, PAGE_SIZE, PlacementView, PolicyConfig, Residency, SUBPAGES,
+    SUPERPAGE_SIZE, bandwidth,
+    benefit::{CostModel, Threshold},
+    capacity::MoveMarks,
+    epoch::{EpochChange, EpochController, EpochInputs, ReuseHistogram},
+    granularity::{GranularityState, ScanRegion},
+    rw::{self, WritePrediction},
+};
+use crate::engine::{
+    EngineConfig,
+    subpage::{self, Stage2},
+    superpage::{HOT_PREV, NO_SLOT, Stage1, TOUCHED_EPOCH},
+};
+
+/// Which way a range moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Direction {
+    /// Slow → fast.
+    Promote,
+    /// Fast → slow.
+    Demote,
+}
+
+/// Why a range moves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MoveReason {
+    /// Eq. (1) benefit above the threshold, into free fast memory.
+    Hot,
+    /// As `Hot`, ranked first as predicted write-hot (Memos).
+    WriteHot,
+    /// Eq. (2): worth more than the victims evicted for it.
+    Swap,
+    /// Coldest resident data, demoted to get under the high watermark.
+    Watermark,
+    /// Victim evicted to make room for a `Swap`.
+    Evict,
+    /// Read-dominant data demoted so the fast tier serves its bandwidth share (BW-AWARE).
+    Bandwidth,
+}
+
+/// One range to move. `start` and `len` are multiples of `granularity`; the executor moves it
+/// in `len / granularity` operations, splitting huge pages only below 2 MiB.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct PlannedMove {
+    pub start: u64,
+    pub len: u64,
+    pub direction: Direction,
+    pub granularity: Granularity,
+    pub reason: MoveReason,
+    /// Expected latency saved over the next epoch minus migration cost, ns (negative for
+    /// demotions: what keeping the data slow costs).
+    pub expected_benefit: f64,
+}
+
+/// The output of one planning pass.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct Plan {
+    /// Sorted by `start`, non-overlapping.
+    pub moves: Vec<PlannedMove>,
+    /// Target granularity after this epoch's scans.
+    pub granularity: Granularity,
+    /// Length of the next epoch, and why it changed.
+    pub epoch: Duration,
+    pub epoch_change: EpochChange,
+    /// Bytes that will change tier (pages already in the destination tier excluded).
+    pub promote_bytes: u64,
+    pub demote_bytes: u64,
+    /// Budgets this plan was held to.
+    pub promote_budget: u64,
+    pub demote_budget: u64,
+    /// Fast-tier bytes promotions could use before any demotion.
+    pub promote_room: u64,
+    /// Bytes passing the benefit rule, and bytes the watermarks asked to demote.
+    pub would_promote_bytes: u64,
+    pub would_demote_bytes: u64,
+    /// Bytes moved that reversed a move made within the ping-pong window.
+    pub pingpong_bytes: u64,
+    pub benefit_threshold_ns: f64,
+    pub bandwidth_bound: bool,
+    /// BW-AWARE fast share, and the fast tier's estimated current share, when bandwidth is known
+    /// and the workload is bandwidth-bound.
+    pub fast_share_target: Option<f64>,
+    pub fast_share: Option<f64>,
+}
+
+/// Engine state the planner reads (and, for epoch bookkeeping, updates).
+pub(crate) struct Hotness<'a> {
+    pub cfg: &'a EngineConfig,
+    pub stage1: &'a mut Stage1,
+    pub stage2: &'a mut Stage2,
+    pub reuse: &'a mut ReuseHistogram,
+    pub hot_cutoff: u32,
+    pub access_rate: f64,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Candidate {
+    sp: u64,
+    start: u64,
+    gran: Granularity,
+    /// Slow bytes that will move.
+    need: u64,
+    reads: f64,
+    writes: f64,
+    benefit: f64,
+    /// Accesses per epoch on the stage-1 scale, for the bandwidth share.
+    traffic: f64,
+    class: WritePrediction,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Victim {
+    sp: u64,
+    start: u64,
+    len: u64,
+    gran: Granularity,
+    reads: f64,
+    writes: f64,
+    /// Accesses per epoch on the stage-1 scale.
+    traffic: f64,
+    read_dominant: bool,
+}
+
+/// Planner state carried across epochs.
+#[derive(Clone, Debug)]
+pub(crate) struct Planner {
+    granularity: GranularityState,
+    epoch: EpochController,
+    threshold: Threshold,
+    marks: MoveMarks,
+    epoch_index: u64,
+    last_plan_at: Option<Duration>,
+    /// Last plan's promotions: (superpage, start, len, migration cost), for the payback.
+    last_promoted: Vec<(u64, u64, u64, f64)>,
+    last_moved: u64,
+    last_pingpong: u64,
+    last_capacity_bound: bool,
+    prev_touched: Option<u64>,
+}
+
+impl Planner {
+    pub(crate) fn new(cfg: &PolicyConfig) -> Self {
+        Self {
+            granularity: GranularityState::new(&cfg.granularity),
+            epoch: EpochController::new(&cfg.epoch),
+            threshold: Threshold::new(&cfg.benefit),
+            marks: MoveMarks::default(),
+            epoch_index: 0,
+            last_plan_at: None,
+            last_promoted: Vec::new(),
+            last_moved: 0,
+            last_pingpong: 0,
+            last_capacity_bound: false,
+            prev_touched: None,
+        }
+    }
+
+    pub(crate) fn granularity(&self) -> Granularity {
+        self.granularity.current()
+    }
+
+    pub(crate) fn epoch(&self) -> Duration {
+        self.epoch.current()
+    }
+
+    pub(crate) fn last_plan_at(&self) -> Option<Duration> {
+        self.last_plan_at
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.marks.memory_bytes()
+            + self.last_promoted.capacity() * size_of::<(u64, u64, u64, f64)>()
+    }
+
+    pub(crate) fn hot_subpages(
+        &self,
+        cfg: &EngineConfig,
+        stage2: &Stage2,
+        cap: &CapacityView,
+    ) -> Vec<u64> {
+        let costs = CostModel::new(&cfg.policy.benefit, cap);
+        let k2 = cfg.stage2_per_epoch();
+        let mut out = Vec::new();
+        for (slot, sp) in stage2.live_sorted() {
+            let (r, w) = stage2.counters(slot);
+            for page in 0..SUBPAGES {
+                let (pr, pw) = (
+                    f64::from(subpage::value(r[page])) * k2,
+                    f64::from(subpage::value(w[page])) * k2,
+                );
+                if costs.eq1(pr, pw, PAGE_SIZE) > self.threshold.for_bytes(PAGE_SIZE) {
+                    out.push((sp << 21) + page as u64 * PAGE_SIZE);
+                }
+            }
+        }
+        out
+    }
+
+    pub(crate) fn plan(
+        &mut self,
+        mut h: Hotness<'_>,
+        now: Duration,
+        view: &dyn PlacementView,
+        cap: &CapacityView,
+    ) -> Plan {
+        let pc = &h.cfg.policy;
+        self.epoch_index += 1;
+        let epoch = self.epoch_index;
+        let elapsed = self
+            .last_plan_at
+            .map_or(self.epoch.current(), |t| now.saturating_sub(t));
+        let elapsed_ms = u64::try_from(elapsed.as_millis())
+            .unwrap_or(u64::MAX)
+            .min(pc.epoch.max_ms);
+        self.last_plan_at = Some(now);
+        let costs = CostModel::new(&pc.benefit, cap);
+        let k2 = h.cfg.stage2_per_epoch();
+        // Cooled stage-1 counts → accesses over an epoch of the current length.
+        let k1 = h.cfg.stage1_per_interval()
+            * (self.epoch.current().as_secs_f64() / h.cfg.interval().as_secs_f64()).max(1.0);
+
+        let epoch_change = self.learn(&mut h, &costs, k2);
+        self.marks.prune(
+            epoch,
+            pc.capacity
+                .hysteresis_epochs
+                .max(pc.benefit.pingpong_window_epochs),
+        );
+
+        // Granularity scans and promotion candidates over the stage-2 superpages.
+        let live = h.stage2.live_sorted();
+        let mut regions = Vec::with_capacity(live.len());
+        let mut residencies = Vec::with_capacity(live.len());
+        for &(slot, sp) in &live {
+            let (r, w) = h.stage2.counters(slot);
+            let mut accessed = [0u64; 8];
+            for i in 0..SUBPAGES {
+                if r[i] | w[i] != 0 {
+                    accessed[i / 64] |= 1 << (i % 64);
+                }
+            }
+            let residency = view.residency(sp << 21);
+            regions.push(ScanRegion {
+                sp,
+                accessed,
+                residency,
+            });
+            residencies.push(residency);
+        }
+        self.granularity.update(&pc.granularity, &regions);
+        let target = self.granularity.current();
+        let write_first = pc.rw.write_priority && costs.writes_cost_more();
+        let mut candidates = Vec::new();
+        for (&(slot, sp), region) in live.iter().zip(&regions) {
+            if self
+                .marks
+                .reverses(sp, Direction::Promote, epoch, pc.capacity.hysteresis_epochs)
+            {
+                continue;
+            }
+            let rec = h.stage1.find(sp).map(|idx| h.stage1.records()[idx]);
+            let class = match rec {
+                Some(rec) if write_first => rw::predict(rec.write_history, &pc.rw),
+                _ => WritePrediction::UnWd,
+            };
+            let (r, w) = h.stage2.counters(slot);
+            let stage2_total: f64 = r
+                .iter()
+                .chain(w)
+                .map(|c| f64::from(subpage::value(*c)))
+                .sum();
+            // Stage-1 accesses per stage-2 count: candidate traffic and tier traffic share a scale.
+            let traffic_per_count = rec.map_or(0.0, |rec| {
+                f64::from(rec.accesses()) * k1 / stage2_total.max(1.0)
+            });
+            let ctx = RegionCtx {
+                sp,
+                r,
+                w,
+                k2,
+                traffic_per_count,
+                residency: &region.residency,
+                accessed: &region.accessed,
+                class,
+            };
+            self.region_candidates(pc, &costs, target, &ctx, &mut candidates);
+        }
+        candidates.sort_by(|a, b| {
+            b.class
+                .cmp(&a.class)
+                .then((b.benefit / b.need as f64).total_cmp(&(a.benefit / a.need as f64)))
+                .then(a.start.cmp(&b.start))
+        });
+        let would_promote: u64 = candidates.iter().map(|c| c.need).sum();
+
+        // Capacity, budget, bandwidth.
+        let (mut p_budget, mut d_budget) = pc.capacity.budget(elapsed_ms);
+        let (promote_budget, demote_budget) = (p_budget, d_budget);
+        let promote_room = pc.capacity.promote_room(cap);
+        let demand = pc.capacity.watermark_demand(cap);
+        let bw = if pc.bandwidth.enabled {
+            pc.bandwidth.bandwidths(cap)
+        } else {
+            None
+        };
+        let bound = bw.is_some_and(|(fast, _)| {
+            bandwidth::is_bandwidth_bound(h.access_rate, fast, &pc.bandwidth)
+        });
+        let share_target = if bound {
+            bw.and_then(|(f, s)| bandwidth::fast_share(f, s))
+        } else {
+            None
+        };
+        let needs_victims = demand > 0 || would_promote > promote_room || bound;
+        let (mut victims, traffic) = if needs_victims {
+            self.collect_victims(&h, &costs, view, epoch, k1, k2)
+        } else {
+            (Vec::new(), Traffic::default())
+        };
+        victims.sort_by(|a, b| {
+            let va = costs.access_value(a.reads, a.writes) / a.len as f64;
+            let vb = costs.access_value(b.reads, b.writes) / b.len as f64;
+            va.total_cmp(&vb).then(a.start.cmp(&b.start))
+        });
+
+        let mut out = Outcome::default();
+        let mut room = i128::from(promote_room);
+        let mut vi = 0;
+        // 1. Watermarks.
+        let mut demoted = 0u64;
+        while demoted < demand && vi < victims.len() {
+            let v = victims[vi];
+            vi += 1;
+            if v.len > d_budget {
+                continue;
+            }
+            d_budget -= v.len;
+            demoted += v.len;
+            room += i128::from(v.len);
+            out.demote(
+                v,
+                MoveReason::Watermark,
+                -(costs.access_value(v.reads, v.writes) + costs.writeback_cost(v.len)),
+            );
+        }
+        // 2. Promotions, then swaps.
+        let mut fast_traffic = traffic.fast;
+        let share_limit = share_target.map(|f| (f + pc.bandwidth.share_tolerance) * traffic.total);
+        let mut swapped = false;
+        for c in &candidates {
+            if c.need > p_budget || out.demoted_sps.contains(&c.sp) {
+                continue;
+            }
+            let c_traffic = c.traffic;
+            if share_limit.is_some_and(|lim| fast_traffic + c_traffic > lim) {
+                continue;
+            }
+            let reason = if c.class > WritePrediction::UnWd {
+                MoveReason::WriteHot
+            } else {
+                MoveReason::Hot
+            };
+            if room >= i128::from(c.need) {
+                room -= i128::from(c.need);
+            } else {
+                // Eq. (2): evict the coldest until the candidate fits, if it is worth it.
+                let mut picked = Vec::new();
+                let (mut freed, mut vr, mut vw) = (0u64, 0.0, 0.0);
+                let mut j = vi;
+                while room + i128::from(freed) < i128::from(c.need) && j < victims.len() {
+                    let v = victims[j];
+                    j += 1;
+                    if out.promoted_sps.contains(&v.sp) || v.sp == c.sp || freed + v.len > d_budget
+                    {
+                        continue;
+                    }
+                    picked.push(v);
+                    freed += v.len;
+                    vr += v.reads;
+                    vw += v.writes;
+                }
+                if room + i128::from(freed) < i128::from(c.need) {
+                    break;
+                }
+                let delta = costs.eq2((c.reads, c.writes, c.need), (vr, vw, freed));
+                if delta <= self.threshold.for_bytes(c.need) {
+                    break;
+                }
+                vi = j;
+                d_budget -= freed;
+                room += i128::from(freed) - i128::from(c.need);
+                for v in picked {
+                    out.demote(
+                        v,
+                        MoveReason::Evict,
+                        -(costs.access_value(v.reads, v.writes) + costs.writeback_cost(v.len)),
+                    );
+                }
+                swapped = true;
+                p_budget -= c.need;
+                fast_traffic += c_traffic;
+                out.promote(c, MoveReason::Swap, delta);
+                continue;
+            }
+            p_budget -= c.need;
+            fast_traffic += c_traffic;
+            out.promote(c, reason, c.benefit);
+        }
+        // 3. Bandwidth: hand read-dominant traffic back to the slow tier (Memos: RD first).
+        let mut fast_share = None;
+        if let Some(f) = share_target.filter(|_| traffic.total > 0.0) {
+            fast_share = Some(fast_traffic / traffic.total);
+            let excess = fast_traffic - (f + pc.bandwidth.share_tolerance) * traffic.total;
+            if excess > 0.0 {
+                let mut rest: Vec<Victim> = victims[vi..]
+                    .iter()
+                    .filter(|v| !out.promoted_sps.contains(&v.sp))
+                    .copied()
+                    .collect();
+                rest.sort_by(|a, b| {
+                    b.read_dominant
+                        .cmp(&a.read_dominant)
+                        .then(
+                            ((b.reads + b.writes) / b.len as f64)
+                                .total_cmp(&((a.reads + a.writes) / a.len as f64)),
+                        )
+                        .then(a.start.cmp(&b.start))
+                });
+                let mut moved = 0.0;
+                for v in rest {
+                    if moved >= excess {
+                        break;
+                    }
+                    if v.len > d_budget {
+                        continue;
+                    }
+                    d_budget -= v.len;
+                    moved += v.traffic;
+                    out.demote(
+                        v,
+                        MoveReason::Bandwidth,
+                        -costs.access_value(v.reads, v.writes),
+                    );
+                }
+            }
+        }
+
+        // Bookkeeping for the next epoch.
+        let window = pc.benefit.pingpong_window_epochs;
+        let mut pingpong = 0;
+        let mut moved = 0;
+        self.last_promoted.clear();
+        for m in &out.moves {
+            let sp = m.mv.start >> 21;
+            if self.marks.reverses(sp, m.mv.direction, epoch, window) {
+                pingpong += m.bytes;
+            }
+            moved += m.bytes;
+            if m.mv.direction == Direction::Promote {
+                self.last_promoted
+                    .push((sp, m.mv.start, m.mv.len, costs.migrate_cost(m.bytes)));
+            }
+        }
+        for m in &out.moves {
+            self.marks.record(m.mv.start >> 21, m.mv.direction, epoch);
+        }
+        self.last_moved = moved;
+        self.last_pingpong = pingpong;
+        self.last_capacity_bound = swapped || (room <= 0 && out.promote_bytes < would_promote);
+        h.stage2.cool_all(h.cfg.stage2_cooling_shift);
+
+        Plan {
+            moves: finish(out.moves.iter().map(|m| m.mv).collect()),
+            granularity: target,
+            epoch: self.epoch.current(),
+            epoch_change,
+            promote_bytes: out.promote_bytes,
+            demote_bytes: out.demote_bytes,
+            promote_budget,
+            demote_budget,
+            promote_room,
+            would_promote_bytes: would_promote,
+            would_demote_bytes: demand,
+            pingpong_bytes: pingpong,
+            benefit_threshold_ns: self.threshold.per_page_ns(),
+            bandwidth_bound: bound,
+            fast_share_target: share_target,
+            fast_share,
+        }
+    }
+
+    /// Feeds the epoch that just ended to the epoch controller and the threshold.
+    fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel, k2: f64) -> EpochChange {
+        let pc = &h.cfg.policy;
+        let (mut inter, mut union, mut touched) = (0u64, 0u64, 0u64);
+        let cutoff = h.hot_cutoff.max(1);
+        let had_prev = self.prev_touched.is_some();
+        for rec in h.stage1.records_mut() {
+            let hot = rec.accesses() >= cutoff;
+            let prev = rec.flags & HOT_PREV != 0;
+            inter += u64::from(hot && prev);
+            union += u64::from(hot || prev);
+            touched += u64::from(rec.flags & TOUCHED_EPOCH != 0);
+            rec.flags &= !(HOT_PREV | TOUCHED_EPOCH);
+            if hot {
+                rec.flags |= HOT_PREV;
+            }
+        }
+        let payback = self.payback(h, costs, k2);
+        let interval = h.cfg.interval();
+        let inputs = EpochInputs {
+            reuse_median: h.reuse.median().map(|g| interval * g),
+            jaccard: (had_prev && union > 0).then(|| inter as f64 / union as f64),
+            touched,
+            prev_touched: self.prev_touched,
+            pingpong_share: if self.last_moved == 0 {
+                0.0
+            } else {
+                self.last_pingpong as f64 / self.last_moved as f64
+            },
+            payback,
+            capacity_bound: self.last_capacity_bound,
+        };
+        h.reuse.clear();
+        self.prev_touched = Some(touched);
+        self.threshold
+            .update(&pc.benefit, self.last_pingpong, self.last_moved);
+        self.epoch.update(&pc.epoch, &inputs)
+    }
+
+    /// Realised value of last epoch's promotions over their migration cost.
+    fn payback(&self, h: &Hotness<'_>, costs: &CostModel, k2: f64) -> Option<f64> {
+        let cost: f64 = self.last_promoted.iter().map(|p| p.3).sum();
+        if cost <= 0.0 {
+            return None;
+        }
+        let k1 = h.cfg.stage1_per_interval()
+            * (self.epoch.current().as_secs_f64() / h.cfg.interval().as_secs_f64()).max(1.0);
+        let mut realised = 0.0;
+        for &(sp, start, len, _) in &self.last_promoted {
+            let Some(idx) = h.stage1.find(sp) else {
+                continue;
+            };
+            let rec = &h.stage1.records()[idx];
+            if rec.slot == NO_SLOT {
+                let frac = len as f64 / SUPERPAGE_SIZE as f64;
+                realised += costs.access_value(
+                    f64::from(rec.heat_r) * k1 * frac,
+                    f64::from(rec.heat_w) * k1 * frac,
+                );
+            } else {
+                let (r, w) = h.stage2.counters(rec.slot);
+                let first = ((start >> 12) as usize) & (SUBPAGES - 1);
+                let pages = (len / PAGE_SIZE) as usize;
+                let sum = |c: &[u16]| {
+                    c[first..first + pages]
+                        .iter()
+                        .map(|v| f64::from(subpage::value(*v)))
+                        .sum::<f64>()
+                        * k2
+                };
+                realised += costs.access_value(sum(r), sum(w));
+            }
+        }
+        Some(realised / cost)
+    }
+
+    fn region_candidates(
+        &self,
+        pc: &PolicyConfig,
+        costs: &CostModel,
+        target: Granularity,
+        ctx: &RegionCtx<'_>,
+        out: &mut Vec<Candidate>,
+    ) {
+        let g = &pc.granularity;
+        let base = ctx.sp << 21;
+        let accessed: u32 = ctx.accessed.iter().map(|w| w.count_ones()).sum();
+        let slow = ctx.residency.slow_pages();
+        if slow == 0 {
+            return;
+        }
+        let mut push = |start_page: usize, pages: usize, gran: Granularity| {
+            let (mut reads, mut writes, mut counts, mut need) = (0.0, 0.0, 0.0, 0u64);
+            for p in start_page..start_page + pages {
+                if ctx.residency.tier(p) == Some(super::Tier::Slow) {
+                    let (cr, cw) = (
+                        f64::from(subpage::value(ctx.r[p])),
+                        f64::from(subpage::value(ctx.w[p])),
+                    );
+                    reads += cr * ctx.k2;
+                    writes += cw * ctx.k2;
+                    counts += cr + cw;
+                    need += PAGE_SIZE;
+                }
+            }
+            if need == 0 {
+                return;
+            }
+            let benefit = costs.eq1(reads, writes, need);
+            if benefit > self.threshold.for_bytes(need) {
+                out.push(Candidate {
+                    sp: ctx.sp,
+                    start: base + start_page as u64 * PAGE_SIZE,
+                    gran,
+                    need,
+                    reads,
+                    writes,
+                    benefit,
+                    traffic: counts * ctx.traffic_per_count,
+                    class: ctx.class,
+                });
+            }
+        };
+        if g.moves_whole(target, accessed) {
+            push(0, SUBPAGES, Granularity::MIB_2);
+            return;
+        }
+        let mp = g.medium.pages() as usize;
+        for chunk in (0..SUBPAGES).step_by(mp) {
+            let acc = (chunk..chunk + mp)
+                .filter(|&p| ctx.accessed[p / 64] & (1 << (p % 64)) != 0)
+                .count() as u32;
+            if g.chunk_granularity(target, acc) == g.medium {
+                push(chunk, mp, g.medium);
+            } else {
+                for p in chunk..chunk + mp {
+                    if ctx.accessed[p / 64] & (1 << (p % 64)) != 0 {
+                        push(p, 1, Granularity::KIB_4);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Fast-resident data that could be demoted, and the traffic split between the tiers.
+    fn collect_victims(
+        &self,
+        h: &Hotness<'_>,
+        costs: &CostModel,
+        view: &dyn PlacementView,
+        epoch: u64,
+        k1: f64,
+        k2: f64,
+    ) -> (Vec<Victim>, Traffic) {
+        let pc = &h.cfg.policy;
+        let mut victims = Vec::new();
+        let mut traffic = Traffic::default();
+        let page_thr = self.threshold.for_bytes(PAGE_SIZE);
+        for rec in h.stage1.records() {
+            let acc = f64::from(rec.accesses()) * k1;
+            traffic.total += acc;
+            let base = rec.sp << 21;
+            let res = view.residency(base);
+            let fast = res.fast_pages();
+            if fast == 0 {
+                continue;
+            }
+            // Stage 2 says which pages carry the traffic; without it assume it is spread evenly.
+            traffic.fast += acc * fast_fraction(h.stage2, rec.slot, &res);
+            if self.marks.reverses(
+                rec.sp,
+                Direction::Demote,
+                epoch,
+                pc.capacity.hysteresis_epochs,
+            ) {
+                continue;
+            }
+            let rd = rw::classify(
+                u64::from(rec.heat_r),
+                u64::from(rec.heat_w),
+                pc.rw.read_write_ratio,
+            ) == rw::Domain::ReadDominant;
+            if rec.slot != NO_SLOT {
+                let (r, w) = h.stage2.counters(rec.slot);
+                let total: f64 = r
+                    .iter()
+                    .chain(w)
+                    .map(|c| f64::from(subpage::value(*c)))
+                    .sum::<f64>()
+                    * k2;
+                let per = acc / total.max(1.0);
+                let page = |p: usize| {
+                    (
+                        f64::from(subpage::value(r[p])) * k2,
+                        f64::from(subpage::value(w[p])) * k2,
+                    )
+                };
+                let hot = |p: usize| {
+                    let (pr, pw) = page(p);
+                    costs.eq1(pr, pw, PAGE_SIZE) > page_thr
+                };
+                if fast as usize == SUBPAGES && !(0..SUBPAGES).any(hot) {
+                    let (reads, writes) = (0..SUBPAGES)
+                        .map(page)
+                        .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+                    victims.push(Victim {
+                        sp: rec.sp,
+                        start: base,
+                        len: SUPERPAGE_SIZE,
+                        gran: Granularity::MIB_2,
+                        reads,
+                        writes,
+                        read_dominant: rd,
+                        traffic: (reads + writes) * per,
+                    });
+                } else {
+                    runs(
+                        &res,
+                        |p| !hot(p),
+                        |first, n| {
+                            let (reads, writes) = (first..first + n)
+                                .map(page)
+                                .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
+                            victims.push(Victim {
+                                sp: rec.sp,
+                                start: base + first as u64 * PAGE_SIZE,
+                                len: n as u64 * PAGE_SIZE,
+                                gran: Granularity::KIB_4,
+                                reads,
+                                writes,
+                                read_dominant: rd,
+                                traffic: (reads + writes) * per,
+                            });
+                        },
+                    );
+                }
+            } else {
+                let per_page = |n: usize| {
+                    let f = n as f64 / SUBPAGES as f64;
+                    (
+                        f64::from(rec.heat_r) * k1 * f,
+                        f64::from(rec.heat_w) * k1 * f,
+                    )
+                };
+                if fast as usize == SUBPAGES {
+                    let (reads, writes) = per_page(SUBPAGES);
+                    victims.push(Victim {
+                        sp: rec.sp,
+                        start: base,
+                        len: SUPERPAGE_SIZE,
+                        gran: Granularity::MIB_2,
+                        reads,
+                        writes,
+                        read_dominant: rd,
+                        traffic: reads + writes,
+                    });
+                } else {
+                    runs(
+                        &res,
+                        |_| true,
+                        |first, n| {
+                            let (reads, writes) = per_page(n);
+                            victims.push(Victim {
+                                sp: rec.sp,
+                                start: base + first as u64 * PAGE_SIZE,
+                                len: n as u64 * PAGE_SIZE,
+                                gran: Granularity::KIB_4,
+                                reads,
+                                writes,
+                                read_dominant: rd,
+                                traffic: reads + writes,
+                            });
+                        },
+                    );
+                }
+            }
+        }
+        // Resident data never sampled: the coldest of all.
+        view.for_each_fast_range(&mut |start, len| {
+            let (mut a, end) = (
+                start.next_multiple_of(PAGE_SIZE),
+                (start + len) & !(PAGE_SIZE - 1),
+            );
+            while a < end {
+                let sp = a >> 21;
+                let piece_end = ((sp + 1) << 21).min(end);
+                if h.stage1.find(sp).is_none()
+                    && !self.marks.reverses(
+                        sp,
+                        Direction::Demote,
+                        epoch,
+                        pc.capacity.hysteresis_epochs,
+                    )
+                {
+                    let whole = a == sp << 21 && piece_end == (sp + 1) << 21;
+                    let gran = if whole {
+                        Granularity::MIB_2
+                    } else {
+                        Granularity::KIB_4
+                    };
+                    victims.push(Victim {
+                        sp,
+                        start: a,
+                        len: piece_end - a,
+                        gran,
+                        reads: 0.0,
+                        writes: 0.0,
+                        traffic: 0.0,
+                        read_dominant: true,
+                    });
+                }
+                a = piece_end;
+            }
+        });
+        (victims, traffic)
+    }
+}
+
+struct RegionCtx<'a> {
+    sp: u64,
+    r: &'a [u16],
+    w: &'a [u16],
+    k2: f64,
+    traffic_per_count: f64,
+    residency: &'a Residency,
+    accessed: &'a [u64; 8],
+    class: WritePrediction,
+}
+
+/// Estimated accesses per epoch served by the fast tier, and in total.
+#[derive(Clone, Copy, Debug, Default)]
+struct Traffic {
+    fast: f64,
+    total: f64,
+}
+
+/// Share of a superpage's accesses that falls on its fast-resident pages.
+fn fast_fraction(stage2: &Stage2, slot: u32, res: &Residency) -> f64 {
+    if slot == NO_SLOT {
+        return f64::from(res.fast_pages()) / SUBPAGES as f64;
+    }
+    let (r, w) = stage2.counters(slot);
+    let (mut fast, mut all) = (0.0, 0.0);
+    for p in 0..SUBPAGES {
+        let c = f64::from(subpage::value(r[p]) + subpage::value(w[p]));
+        all += c;
+        if res.tier(p) == Some(super::Tier::Fast) {
+            fast += c;
+        }
+    }
+    if all > 0.0 {
+        fast / all
+    } else {
+        f64::from(res.fast_pages()) / SUBPAGES as f64
+    }
+}
+
+/// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
+fn runs(res: &Residency, keep: impl Fn(usize) -> bool, mut f: impl FnMut(usize, usize)) {
+    let mut start = None;
+    for p in 0..=SUBPAGES {
+        let inside = p < SUBPAGES && res.tier(p) == Some(super::Tier::Fast) && keep(p);
+        match (inside, start) {
+            (true, None) => start = Some(p),
+            (false, Some(s)) => {
+                f(s, p - s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+}
+
+struct Accepted {
+    mv: PlannedMove,
+    /// Bytes that change tier.
+    bytes: u64,
+}
+
+#[derive(Default)]
+struct Outcome {
+    moves: Vec<Accepted>,
+    promoted_sps: BTreeSet<u64>,
+    demoted_sps: BTreeSet<u64>,
+    promote_bytes: u64,
+    demote_bytes: u64,
+}
+
+impl Outcome {
+    fn promote(&mut self, c: &Candidate, reason: MoveReason, benefit: f64) {
+        self.promoted_sps.insert(c.sp);
+        self.promote_bytes += c.need;
+        let len = c.gran.bytes();
+        self.moves.push(Accepted {
+            mv: PlannedMove {
+                start: c.start,
+                len,
+                direction: Direction::Promote,
+                granularity: c.gran,
+                reason,
+                expected_benefit: benefit,
+            },
+            bytes: c.need,
+        });
+    }
+
+    fn demote(&mut self, v: Victim, reason: MoveReason, benefit: f64) {
+        self.demoted_sps.insert(v.sp);
+        self.demote_bytes += v.len;
+        self.moves.push(Accepted {
+            mv: PlannedMove {
+                start: v.start,
+                len: v.len,
+                direction: Direction::Demote,
+                granularity: v.gran,
+                reason,
+                expected_benefit: benefit,
+            },
+            bytes: v.len,
+        });
+    }
+}
+
+/// Sorts by address and merges touching ranges of the same kind, so a run of hot 4 KiB pages
+/// becomes one range (still moved page by page at its granularity).
+fn finish(mut moves: Vec<PlannedMove>) -> Vec<PlannedMove> {
+    moves.sort_by_key(|m| m.start);
+    let mut out: Vec<PlannedMove> = Vec::with_capacity(moves.len());
+    for m in moves {
+        if let Some(last) = out.last_mut()
+            && last.start + last.len == m.start
+            && (last.direction, last.granularity, last.reason)
+                == (m.direction, m.granularity, m.reason)
+        {
+            last.len += m.len;
+            last.expected_benefit += m.expected_benefit;
+            continue;
+        }
+        out.push(m);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn mv(start: u64, len: u64, gran: Granularity, reason: MoveReason) -> PlannedMove {
+        PlannedMove {
+            start,
+            len,
+            direction: Direction::Promote,
+            granularity: gran,
+            reason,
+            expected_benefit: 1.0,
+        }
+    }
+
+    #[test]
+    fn finish_sorts_and_merges_only_like_ranges() {
+        let g = Granularity::KIB_4;
+        let out = finish(vec![
+            mv(8192, 4096, g, MoveReason::Hot),
+            mv(0, 4096, g, MoveReason::Hot),
+            mv(4096, 4096, g, MoveReason::Hot),
+            mv(12288, 4096, g, MoveReason::Swap),
+        ]);
+        assert_eq!(out.len(), 2);
+        assert_eq!(
+            (out[0].start, out[0].len, out[0].expected_benefit),
+            (0, 12288, 3.0)
+        );
+        assert_eq!(out[1].reason, MoveReason::Swap);
+    }
+
+    #[test]
+    fn runs_split_on_tier_and_predicate() {
+        let mut r = Residency::all(super::super::Tier::Slow);
+        for p in [0, 1, 2, 5, 6, 511] {
+            r.set(p, Some(super::super::Tier::Fast));
+        }
+        let mut got = Vec::new();
+        runs(&r, |p| p != 1, |s, n| got.push((s, n)));
+        assert_eq!(got, vec![(0, 1), (2, 1), (5, 2), (511, 1)]);
+    }
+}
