@@ -1,13 +1,19 @@
 //! On a machine whose DAMON is held by someone else (this host starts a kdamond at boot, with
 //! physical-address operations only), the DAMON source must refuse with a clear message and
-//! leave that kdamond exactly as it was; the software page-fault source still works.
+//! leave that kdamond exactly as it was; asked for DAMON first, the agent falls back to the
+//! software page-fault source.
 mod support;
 
 use std::{collections::BTreeMap, fs, path::Path};
 
 use memtide::{
     sources::{
-        damon_monitor::DamonMonitorConfig, damon_source::DamonSource, sampler::Sampler, swfault,
+        PerfSourceOptions, SourceKind,
+        budget::KernelLimits,
+        damon_monitor::DamonMonitorConfig,
+        damon_source::DamonSource,
+        pmu::PmuScan,
+        running::{StartContext, start_first},
     },
     sysfs::HostRoot,
 };
@@ -71,8 +77,37 @@ fn a_busy_damon_is_refused_untouched_and_swfault_still_samples() {
         "the boot-time kdamond's state or configuration changed"
     );
 
-    // The fallback: page faults still sample on this kernel.
+    // The fallback: asked for DAMON first, the agent ends up on software page faults, and
+    // DAMON is still untouched.
+    let root = HostRoot::default();
+    let pmus = PmuScan::read(&root).expect("PMU scan");
     let cpus = aya::util::online_cpus().expect("online CPUs");
-    let sampler = Sampler::start(&swfault::spec(cpus, 1, 1 << 16, true)).expect("swfault starts");
-    assert!(sampler.event_count() > 0);
+    let limits = KernelLimits::read(&root).expect("perf limits");
+    let perf = PerfSourceOptions::new(cpus, limits);
+    let damon = DamonMonitorConfig::default();
+    let pids = [std::process::id()];
+    let context = StartContext {
+        root: &root,
+        pmus: &pmus,
+        perf: &perf,
+        damon: &damon,
+        pids: &pids,
+    };
+    let (source, failed) = start_first(&[SourceKind::Damon, SourceKind::SwFault], &context);
+    let source = source.expect("software page faults start here");
+    assert_eq!(source.kind(), SourceKind::SwFault);
+    assert_eq!(failed.len(), 1);
+    assert_eq!(failed[0].kind, SourceKind::Damon);
+    assert!(
+        failed[0].error.to_string().contains("busy"),
+        "{}",
+        failed[0].error
+    );
+    drop(source);
+    let mut after_fallback = BTreeMap::new();
+    snapshot(Path::new(ADMIN), &mut after_fallback);
+    assert_eq!(
+        before, after_fallback,
+        "the fallback attempt touched the boot-time kdamond"
+    );
 }
