@@ -14,24 +14,32 @@ all: build
 
 bootstrap:
 	bash scripts/bootstrap.sh all
+	bash scripts/bootstrap.sh deploy
 
 bootstrap-host:
 	bash scripts/bootstrap.sh host
 
+# The VM suite checks the agent's metrics with promtool (deploy mode installs it).
 bootstrap-vm:
 	bash scripts/bootstrap.sh vm
+	bash scripts/bootstrap.sh deploy
 
 build: bootstrap-host
 	$(CARGO) build --release --bin memtide
 
-## The main job: the agent on this machine with its default configuration.
-## (Until the daemon lands, this describes the machine and the source the agent would use.)
+## The main job: the agent on this machine with its default configuration (stop with Ctrl-C).
+## It first prints what `memtide probe` sees, so the log starts with the machine's shape.
 run: build
 	$(RELEASE_BIN) probe
+	$(RELEASE_BIN) run
 
-## The whole test suite: host tests (unit, fixture, privileged BPF), then the two-node VM suite.
+## The whole test suite: host tests (unit, fixture, privileged BPF, the daemon), the deployment
+## files against real tools (systemd-analyze, kubernetes-validate, promtool, a real Prometheus
+## scraping a real agent), then the two-node VM suite.
 test: bootstrap
 	$(MAKE) host-test
+	$(MAKE) deploy-check
+	$(MAKE) deploy-e2e
 	$(MAKE) vm-test
 
 host-test: bootstrap-host
@@ -55,3 +63,59 @@ clippy-ebpf:
 
 clean:
 	$(CARGO) clean
+
+# --- Installation (systemd) and deployment checks ------------------------------------------------
+# `make install` builds, then puts the binary, the unit and the default configuration in place; an
+# existing /etc/memtide/memtide.toml is never overwritten. DESTDIR stages into a directory
+# (packaging); INSTALL_BIN installs another binary (install-files skips the build).
+# Then: systemctl enable --now memtide (see docs/operations.md).
+PREFIX ?= /usr/local
+SYSCONFDIR ?= /etc
+SYSTEMD_UNIT_DIR ?= /etc/systemd/system
+DESTDIR ?=
+INSTALL_BIN ?= $(RELEASE_BIN)
+
+.PHONY: install install-files uninstall deploy-check deploy-e2e
+
+install: build
+	$(MAKE) install-files
+
+install-files:
+	install -D -m 0755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/memtide
+	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/memtide
+	@if [ -e $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml ]; then \
+		echo "keeping $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml; new default in memtide.toml.default"; \
+		install -m 0644 deploy/config/memtide.toml $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml.default; \
+	else \
+		install -m 0644 deploy/config/memtide.toml $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml; \
+	fi
+	install -d -m 0755 $(DESTDIR)$(SYSTEMD_UNIT_DIR)
+	sed -e 's#/usr/local/bin/memtide#$(PREFIX)/bin/memtide#g' \
+		-e 's#/etc/memtide/#$(SYSCONFDIR)/memtide/#g' \
+		-e 's#/usr/local/share/doc/memtide/#$(PREFIX)/share/doc/memtide/#g' \
+		deploy/systemd/memtide.service > $(DESTDIR)$(SYSTEMD_UNIT_DIR)/memtide.service
+	chmod 0644 $(DESTDIR)$(SYSTEMD_UNIT_DIR)/memtide.service
+	install -D -m 0644 docs/operations.md $(DESTDIR)$(PREFIX)/share/doc/memtide/operations.md
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "installed; start with: systemctl enable --now memtide"
+
+# Stops and disables the service first (it detaches its BPF programs and stops its kdamond on
+# SIGTERM). The configuration in $(SYSCONFDIR)/memtide is kept; remove it by hand if wanted.
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then \
+		systemctl disable --now memtide.service || true; fi
+	rm -f $(DESTDIR)$(SYSTEMD_UNIT_DIR)/memtide.service
+	rm -f $(DESTDIR)$(PREFIX)/bin/memtide
+	rm -rf $(DESTDIR)$(PREFIX)/share/doc/memtide
+	@if [ -z "$(DESTDIR)" ] && [ -d /run/systemd/system ]; then systemctl daemon-reload; fi
+	@echo "uninstalled; configuration kept in $(DESTDIR)$(SYSCONFDIR)/memtide"
+
+## Static checks of deploy/: systemd-analyze, kubernetes-validate, yamllint, promtool, dashboard.
+deploy-check:
+	bash deploy/tests/check-deploy.sh
+
+## A real Prometheus scraping a real `memtide run`; every dashboard and rule query evaluated.
+deploy-e2e: build
+	$(CARGO) build --release --bin memtide-workload
+	MEMTIDE_BIN=$(RELEASE_BIN) MEMTIDE_WORKLOAD_BIN=target/release/memtide-workload \
+		bash deploy/tests/prometheus-e2e.sh

@@ -7,6 +7,10 @@
 #   scripts/bootstrap.sh vm     host + what `make vm-test` needs (QEMU, Debian's 6.12 kernel,
 #                               virtme-ng, numactl)
 #   scripts/bootstrap.sh all    everything (default)
+#   scripts/bootstrap.sh deploy only what the deployment checks need (deploy/tests/): Debian's
+#                               prometheus (prometheus + promtool), util-linux's setpriv, strace,
+#                               and from PyPI yamllint, kubernetes-validate, check-jsonschema,
+#                               cloudcoil-models-prometheus-operator; no Rust toolchain
 #
 # Why these versions: aya 0.14 / aya-ebpf 0.2.1 build the BPF crate with nightly's
 # `-Z build-std=core`, which needs rust-src. bpf-linker must use the same LLVM as rustc;
@@ -14,8 +18,8 @@
 set -euo pipefail
 
 what=${1:-all}
-case "$what" in host | vm | all) ;; *)
-    echo "usage: $0 [host|vm|all]" >&2
+case "$what" in host | vm | all | deploy) ;; *)
+    echo "usage: $0 [host|vm|all|deploy]" >&2
     exit 2
     ;;
 esac
@@ -33,6 +37,59 @@ need_root() {
 }
 
 export PATH="$HOME/.cargo/bin:$PATH"
+
+# --- deploy: the tools deploy/tests/*.sh run; nothing of the Rust toolchain ----------------------
+# Versions: whatever Debian bookworm ships (prometheus 2.42) and the PyPI releases below, checked
+# November 2026 (cloudcoil 0.80.1.0: the last release for Python < 3.14). kubernetes-validate bundles the Kubernetes schemas (offline); cloudcoil's
+# prometheus-operator models are generated from the operator's CRDs and validate the
+# ServiceMonitor.
+if [ "$what" = deploy ]; then
+    DEPLOY_PIP_PACKAGES=(
+        "yamllint==1.38.0"
+        "kubernetes-validate==1.37.0"
+        "check-jsonschema==0.39.0"
+        "cloudcoil-models-prometheus-operator==0.80.1.0"
+    )
+    deploy_missing=()
+    for pkg in prometheus util-linux strace; do
+        if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            say "ok: $pkg"
+        else
+            deploy_missing+=("$pkg")
+        fi
+    done
+    if [ "${#deploy_missing[@]}" -gt 0 ]; then
+        need_root "${deploy_missing[*]}"
+        say "apt-get update"
+        apt-get update -qq
+        say "installing ${deploy_missing[*]} (the package's own service is not started: policy-rc.d or no systemd)"
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${deploy_missing[@]}" >/dev/null
+    fi
+    pip_missing=()
+    for spec in "${DEPLOY_PIP_PACKAGES[@]}"; do
+        name=${spec%%==*}
+        version=${spec##*==}
+        if [ "$(python3 -m pip show "$name" 2>/dev/null | sed -n 's/^Version: //p')" = "$version" ]; then
+            say "ok: $name $version (PyPI)"
+        else
+            pip_missing+=("$spec")
+        fi
+    done
+    if [ "${#pip_missing[@]}" -gt 0 ]; then
+        say "installing ${pip_missing[*]} from PyPI"
+        python3 -m pip install --quiet --disable-pip-version-check "${pip_missing[@]}"
+        if command -v pyenv >/dev/null 2>&1; then
+            pyenv rehash
+        fi
+    fi
+    if command -v kubectl >/dev/null 2>&1; then
+        say "ok: kubectl ($(kubectl version --client 2>/dev/null | sed -n 's/^Kustomize Version: //p' | sed 's/^/kustomize /'))"
+    else
+        say "kubectl not found: the checks render deploy/kubernetes with their own small kustomize subset"
+    fi
+    say "deploy set-up done"
+    exit 0
+fi
 
 # --- Rust: nightly with rust-src, for the BPF target -------------------------------------------
 if ! command -v rustup >/dev/null 2>&1; then

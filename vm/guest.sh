@@ -20,6 +20,9 @@ echo "vm: guest up after ${uptime} s; kernel $(uname -r); $(nproc) CPUs"
 # the tests' backs. Tests that compare against it turn it back on themselves.
 echo 0 >/proc/sys/kernel/numa_balancing
 
+# The executor splits huge pages through debugfs split_huge_pages.
+mountpoint -q /sys/kernel/debug || mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null || true
+
 export MEMTIDE_IN_VM=1
 # In the VM every privileged test must run: a skip is a failure here.
 export MEMTIDE_REQUIRE_PRIVILEGED=1

@@ -11,12 +11,15 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # VM_TESTS: the integration tests that run in the guest. `vm` holds the VM-only suite; the
 # others also run on the host and must work on a real two-node machine too.
 VM_TESTS=(vm swfault bpf_load)
-cargo build -p memtide --bins
+# MEMTIDE_VM_RELEASE=1: build optimised (for the executor benchmark in tests/vm/exec.rs).
+profile=()
+[ "${MEMTIDE_VM_RELEASE:-0}" = 1 ] && profile=(--release)
+cargo build -p memtide --bins "${profile[@]}"
 test_args=()
 for name in "${VM_TESTS[@]}"; do
     test_args+=(--test "$name")
 done
-mapfile -t binaries < <(cargo test -p memtide "${test_args[@]}" --no-run --message-format=json 2>/dev/null |
+mapfile -t binaries < <(cargo test -p memtide "${profile[@]}" "${test_args[@]}" --no-run --message-format=json 2>/dev/null |
     python3 -c '
 import json, sys
 wanted = set(sys.argv[1:])

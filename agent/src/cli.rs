@@ -22,6 +22,93 @@ pub(crate) enum Command {
     /// Describe this machine: kernel, BPF, PMUs and sampling sources, DAMON, NUMA nodes and
     /// memory tiers, THP, NUMA balancing and demotion.
     Probe(ProbeArgs),
+    /// Launch a program with an initial NUMA placement (set_mempolicy, then execve): memtide
+    /// does not stay around. `memtide exec --placement bw-aware -- ./server --port 80`
+    Exec(ExecArgs),
+    /// Run the agent: sample, plan and migrate (or only observe), serving /metrics, /healthz,
+    /// /readyz and /status. Stops cleanly on SIGTERM or SIGINT; SIGHUP reloads the config.
+    Run(RunArgs),
+    /// Ask the running agent what it is doing: one row per target.
+    Status(StatusArgs),
+    /// Check a configuration file: syntax (with line and column), values, and the nodes it
+    /// names against this machine. Exits 0 when the file is usable.
+    CheckConfig(CheckConfigArgs),
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// Configuration file [default: /etc/memtide/memtide.toml if it exists, else built-in
+    /// defaults].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+
+    /// Plan but never migrate; metrics and `memtide status` show what would have moved.
+    #[arg(long)]
+    pub(crate) observe: bool,
+
+    /// Manage this process too (repeatable), on top of the configured targets.
+    #[arg(long = "pid", value_name = "PID")]
+    pub(crate) pids: Vec<u32>,
+
+    /// Manage the processes of this cgroup v2 directory (repeatable), relative to
+    /// /sys/fs/cgroup or absolute under it.
+    #[arg(long = "cgroup", value_name = "PATH")]
+    pub(crate) cgroups: Vec<PathBuf>,
+
+    /// Address for the HTTP endpoints [default: [agent] listen, 127.0.0.1:9477].
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+
+    /// Log line format on stderr [default: [agent] log_format, human].
+    #[arg(long, value_parser = ["human", "json"])]
+    pub(crate) log_format: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct StatusArgs {
+    /// The agent's HTTP address.
+    #[arg(long, default_value = "127.0.0.1:9477", value_name = "ADDR")]
+    pub(crate) address: std::net::SocketAddr,
+
+    /// Print the agent's JSON instead of the table.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct CheckConfigArgs {
+    /// The file to check.
+    #[arg(value_name = "FILE", required_unless_present = "print_defaults")]
+    pub(crate) file: Option<PathBuf>,
+
+    /// Print the built-in defaults as TOML instead (the shipped file documents each key).
+    #[arg(long, conflicts_with = "file")]
+    pub(crate) print_defaults: bool,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct ExecArgs {
+    /// bw-aware: spread pages by tier bandwidth (weighted interleave where the kernel has it);
+    /// interleave: evenly over every node; fast-first: fast nodes first, spill to slow ones.
+    #[arg(long, default_value = "bw-aware", value_parser = ["bw-aware", "interleave", "fast-first"])]
+    pub(crate) placement: String,
+
+    /// Write bandwidth-derived weights to /sys/kernel/mm/mempolicy/weighted_interleave/nodeN
+    /// (a machine-wide setting) before launching. Without it the kernel's weights are used.
+    #[arg(long)]
+    pub(crate) write_weights: bool,
+
+    /// Print the policy that would be used and exit without launching.
+    #[arg(long)]
+    pub(crate) dry_run: bool,
+
+    /// Read /sys under this directory instead of / (fixture trees; implies nothing is written).
+    #[arg(long, hide = true, default_value = "/", value_name = "PATH")]
+    pub(crate) root: PathBuf,
+
+    /// The program and its arguments.
+    #[arg(required = true, last = true, value_name = "CMD")]
+    pub(crate) command: Vec<std::ffi::OsString>,
 }
 
 #[derive(Debug, Args)]

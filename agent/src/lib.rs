@@ -6,10 +6,15 @@
 #![deny(unsafe_code)]
 
 pub mod bpf;
+pub mod config;
+pub mod daemon;
 pub mod engine;
+pub mod exec;
+pub mod metrics;
 pub mod policy;
 pub mod probe;
 pub mod sources;
 pub mod sys;
 pub mod sysfs;
+pub mod targets;
 pub mod topology;

@@ -13,11 +13,14 @@ use memtide::{
 };
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command, ProbeArgs};
+use crate::cli::{Cli, Command, ExecArgs, ProbeArgs};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    if let Command::Run(args) = &cli.command {
+        return agent(args, cli.verbose);
+    }
+    init_logging(cli.verbose, false);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -27,24 +30,195 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(verbose: u8) {
+fn init_logging(verbose: u8, json: bool) {
+    init_logging_at(verbose, "warn", json);
+}
+
+fn init_logging_at(verbose: u8, quiet_level: &str, json: bool) {
     let default = match verbose {
-        0 => "warn",
+        0 => quiet_level,
         1 => "info",
         2 => "debug",
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
-    tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .init();
+        .with_writer(std::io::stderr);
+    if json {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+/// `memtide run`: the configuration decides the log format, so it is read before logging
+/// starts; errors before that go to stderr plainly.
+fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
+    use memtide::{
+        config::LogFormat,
+        daemon::{self, RunOptions},
+    };
+    let options = RunOptions {
+        config: args.config.clone(),
+        observe: args.observe,
+        pids: args.pids.clone(),
+        cgroups: args
+            .cgroups
+            .iter()
+            .map(|path| {
+                path.strip_prefix("/sys/fs/cgroup")
+                    .unwrap_or(path)
+                    .to_path_buf()
+            })
+            .collect(),
+        listen: args.listen,
+    };
+    let json = match args.log_format.as_deref() {
+        Some(format) => format == "json",
+        None => daemon::load_config(&options)
+            .map(|(config, _)| config.agent.log_format == LogFormat::Json)
+            .unwrap_or(false),
+    };
+    // A service logs what it does: info unless asked otherwise.
+    init_logging_at(verbose, "info", json);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("memtide")
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("memtide: error: starting the runtime: {error}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(daemon::run(options)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            tracing::error!("{error}");
+            eprintln!("memtide: error: {error}");
+            ExitCode::from(error.exit_code())
+        }
+    }
+}
+
+/// `memtide status`: GET /status from the running agent.
+fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
+    use std::io::{Read as _, Write as _};
+    let mut stream =
+        std::net::TcpStream::connect_timeout(&args.address, std::time::Duration::from_secs(2))
+            .with_context(|| {
+                format!(
+                    "connecting to the agent at {} (is `memtide run` running? see --address)",
+                    args.address
+                )
+            })?;
+    stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+    write!(
+        stream,
+        "GET /status HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        args.address
+    )?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response)?;
+    let (head, body) = response
+        .split_once("\r\n\r\n")
+        .context("the agent's answer is not HTTP")?;
+    if !head.starts_with("HTTP/1.1 200") {
+        bail!(
+            "the agent answered: {}",
+            head.lines().next().unwrap_or(head)
+        );
+    }
+    let status: memtide::daemon::status::AgentStatus =
+        serde_json::from_str(body).context("parsing the agent's /status JSON")?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+    } else {
+        print!("{}", status.to_table());
+    }
+    Ok(())
+}
+
+/// `memtide check-config`: exit 0 when usable; every problem on stderr otherwise.
+fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
+    use memtide::{config::Config, topology::Topology};
+    if args.print_defaults {
+        print!("{}", toml::to_string_pretty(&Config::default())?);
+        return Ok(());
+    }
+    let Some(path) = &args.file else {
+        bail!("give a FILE to check, or --print-defaults");
+    };
+    let config = Config::load(path)?;
+    memtide::config::check_permissions(path)?;
+    let topology = Topology::read(&HostRoot::default()).ok();
+    let problems = config.problems(topology.as_ref());
+    if problems.is_empty() {
+        println!("{}: ok", path.display());
+        return Ok(());
+    }
+    for problem in &problems {
+        eprintln!("{}: {problem}", path.display());
+    }
+    bail!("{}: {} problem(s)", path.display(), problems.len());
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe(args) => probe(&args),
+        Command::Exec(args) => exec(&args),
+        Command::Status(args) => status(&args),
+        Command::CheckConfig(args) => check_config(&args),
+        Command::Run(_) => unreachable!("handled in main before logging starts"),
     }
+}
+
+/// `memtide exec`: sets the placement policy on this process and replaces it with the program.
+fn exec(args: &ExecArgs) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt as _;
+
+    use memtide::{
+        exec::launch::{self, Placement},
+        topology::tiering::{TierOverride, TieredTopology},
+    };
+
+    let root = HostRoot::new(&args.root);
+    let placement: Placement = args.placement.parse().map_err(anyhow::Error::msg)?;
+    let tiered = TieredTopology::read(&root, &TierOverride::default())
+        .context("reading the NUMA topology")?;
+    if let Some(warning) = &tiered.classes.warning {
+        tracing::warn!("{warning}");
+    }
+    let policy = launch::plan(
+        placement,
+        &tiered,
+        launch::weighted_interleave_available(&root),
+    )?;
+    if args.dry_run {
+        println!("{policy}");
+        if !policy.weights.is_empty() {
+            println!("weights: {:?}", policy.weights);
+        }
+        return Ok(());
+    }
+    if !root.is_host() {
+        bail!("--root {root} is for --dry-run only: the policy would not match this machine");
+    }
+    if args.write_weights && !policy.weights.is_empty() {
+        launch::write_weights(&root, &policy.weights)
+            .context("writing weighted-interleave weights")?;
+    }
+    tracing::info!("{policy}");
+    launch::apply(&policy)?;
+    let (program, rest) = args
+        .command
+        .split_first()
+        .context("no command given after --")?;
+    let error = std::process::Command::new(program).args(rest).exec();
+    Err(anyhow::Error::new(error).context(format!("cannot run {}", program.to_string_lossy())))
 }
 
 fn probe(args: &ProbeArgs) -> anyhow::Result<()> {

@@ -3,6 +3,8 @@
 //! why it is skipped.
 mod support;
 mod vm {
+    pub(crate) mod daemon;
     pub(crate) mod damon;
+    pub(crate) mod exec;
     pub(crate) mod smoke;
 }

@@ -9,6 +9,7 @@
 //! | `touch [FIRST COUNT]` | writes one byte in each page of the range (default: all); one page fault per page on a fresh buffer | `touched N` |
 //! | `hot FIRST COUNT SECONDS [r\|rw]` | for SECONDS, sweeps the range reading (and with `rw` also writing) one word per page | `hot passes=P` |
 //! | `churn ROUNDS` | ROUNDS times: touch every page, then give the pages back (`MADV_DONTNEED`); one fault per page per round, like a program that keeps mapping and unmapping a hot buffer | `churned faults=F` |
+//! | `where [FIRST COUNT]` | asks move_pages (query mode) which node each page of the range is on | `where N0=A N1=B absent=C` (nodes ascending, `absent`: not resident) |
 //! | `quit` (or end of input) | exits | — |
 //!
 //! Ranges are in pages from the start of the buffer. The workload is single-threaded on
@@ -108,6 +109,30 @@ impl Buffer {
     }
 }
 
+/// Which node each page of `range` is on, as `where N0=A N1=B absent=C`.
+fn where_(buffer: &Buffer, range: std::ops::Range<usize>) -> Result<String, String> {
+    use memtide::sys::mempolicy::{Pid, query_pages};
+    let pages: Vec<usize> = range.step_by(PAGE).map(|off| buffer.base() + off).collect();
+    let mut nodes = std::collections::BTreeMap::new();
+    let mut absent = 0usize;
+    let mut status = Vec::new();
+    for chunk in pages.chunks(1024) {
+        query_pages(Pid::Current, chunk, &mut status).map_err(|e| format!("move_pages: {e}"))?;
+        for s in &status {
+            match s.node() {
+                Some(n) => *nodes.entry(n).or_insert(0usize) += 1,
+                None => absent += 1,
+            }
+        }
+    }
+    let mut reply = String::from("where");
+    for (node, count) in nodes {
+        reply.push_str(&format!(" N{node}={count}"));
+    }
+    reply.push_str(&format!(" absent={absent}"));
+    Ok(reply)
+}
+
 fn parse_range(buffer: &Buffer, words: &[&str]) -> Result<std::ops::Range<usize>, String> {
     match words {
         [] => Ok(0..buffer.len),
@@ -158,6 +183,7 @@ fn execute(buffer: &mut Buffer, line: &str) -> Option<String> {
                 }
                 Ok(format!("churned faults={faults}"))
             }),
+        ["where", rest @ ..] => parse_range(buffer, rest).and_then(|range| where_(buffer, range)),
         ["quit"] => return None,
         _ => Err(format!("unknown command {line:?}")),
     };

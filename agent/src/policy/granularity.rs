@@ -44,6 +44,9 @@ pub struct GranularityConfig {
     pub thr_low_num_reg_medium: u32,
     /// Pages of the scanned tier read per scan. Default 4096 (Ryoo).
     pub scan_pages: u32,
+    /// Pin the granularity at `initial` and move every chunk at it, however sparse (Ryoo's
+    /// static 4 KiB / 64 KiB / 2 MiB baselines; the simulator uses it). Default false.
+    pub fixed: bool,
 }
 
 impl Default for GranularityConfig {
@@ -60,6 +63,7 @@ impl Default for GranularityConfig {
             thr_low_num_reg_2m: 3,
             thr_low_num_reg_medium: 3,
             scan_pages: 4096,
+            fixed: false,
         }
     }
 }
@@ -101,12 +105,22 @@ impl GranularityConfig {
     /// Whether a superpage with `accessed` pages moves whole under `target`.
     #[must_use]
     pub fn moves_whole(&self, target: Granularity, accessed: u32) -> bool {
+        if self.fixed {
+            return target >= Granularity::MIB_2 && accessed > 0;
+        }
         target >= Granularity::MIB_2 && accessed > self.thr_high_2m
     }
 
     /// Granularity of a medium chunk with `accessed` pages under `target` (when not moved whole).
     #[must_use]
     pub fn chunk_granularity(&self, target: Granularity, accessed: u32) -> Granularity {
+        if self.fixed {
+            return if target >= self.medium && accessed > 0 {
+                self.medium
+            } else {
+                Granularity::KIB_4
+            };
+        }
         if target >= self.medium && accessed > self.thr_high_medium {
             self.medium
         } else {
@@ -187,8 +201,10 @@ impl GranularityState {
                     .count() as u32;
             },
         );
-        self.current = lower(cfg, self.current, &counts);
-        self.current = raise(cfg, self.current, &counts);
+        if !cfg.fixed {
+            self.current = lower(cfg, self.current, &counts);
+            self.current = raise(cfg, self.current, &counts);
+        }
         counts
     }
 }
@@ -450,5 +466,48 @@ mod tests {
         let mut st = GranularityState::new(&cfg);
         assert_eq!(st.update(&cfg, &[r]).dense_medium, 4);
         assert_eq!(st.current().bytes(), 128 << 10);
+    }
+
+    #[test]
+    fn fixed_granularity_never_changes_and_ignores_density() {
+        let cfg = GranularityConfig {
+            initial: Granularity::MIB_2,
+            fixed: true,
+            ..GranularityConfig::default()
+        };
+        let mut st = GranularityState::new(&cfg);
+        // Many sparse fast regions would lower an adaptive target.
+        let sparse: Vec<ScanRegion> = (0..8)
+            .map(|sp| ScanRegion {
+                sp,
+                accessed: mask([0]),
+                residency: Residency::all(Tier::Fast),
+            })
+            .collect();
+        st.update(&cfg, &sparse);
+        assert_eq!(st.current(), Granularity::MIB_2);
+        assert!(cfg.moves_whole(Granularity::MIB_2, 1));
+        assert!(!cfg.moves_whole(Granularity::MIB_2, 0));
+        let adaptive = GranularityConfig {
+            initial: Granularity::MIB_2,
+            ..GranularityConfig::default()
+        };
+        let mut a = GranularityState::new(&adaptive);
+        a.update(&adaptive, &sparse);
+        assert_ne!(a.current(), Granularity::MIB_2);
+        assert!(!adaptive.moves_whole(Granularity::MIB_2, 1));
+        let m = GranularityConfig {
+            initial: Granularity::KIB_64,
+            fixed: true,
+            ..GranularityConfig::default()
+        };
+        assert_eq!(
+            m.chunk_granularity(Granularity::KIB_64, 1),
+            Granularity::KIB_64
+        );
+        assert_eq!(
+            m.chunk_granularity(Granularity::KIB_4, 16),
+            Granularity::KIB_4
+        );
     }
 }

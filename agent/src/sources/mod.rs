@@ -30,7 +30,9 @@ use self::{
 use crate::sysfs::HostRoot;
 
 /// One kind of hotness source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum SourceKind {
     Pebs,

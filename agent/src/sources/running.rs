@@ -56,6 +56,10 @@ pub trait HotnessSource: Send {
     fn drop_counts(&self) -> BTreeMap<&'static str, u64>;
     /// Kernel-measured cost of the source's BPF programs.
     fn program_stats(&self) -> Vec<ProgramStats>;
+    /// The DAMON source behind this one, for mapping region target indexes to pids.
+    fn as_damon(&self) -> Option<&DamonSource> {
+        None
+    }
 }
 
 /// A perf-event source (PEBS, IBS, software page faults) and its current allowlist.
@@ -114,6 +118,10 @@ impl HotnessSource for DamonSource {
 
     fn program_stats(&self) -> Vec<ProgramStats> {
         Self::program_stats(self)
+    }
+
+    fn as_damon(&self) -> Option<&DamonSource> {
+        Some(self)
     }
 }
 

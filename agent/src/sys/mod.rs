@@ -8,5 +8,6 @@
 )]
 
 pub mod async_fd;
+pub mod mempolicy;
 pub mod perf;
 pub mod process;

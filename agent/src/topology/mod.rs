@@ -7,12 +7,16 @@
 //! - `/sys/devices/virtual/memory_tiering/memory_tierN/nodelist` (Linux 6.1+; the file was called
 //!   `nodes` in early versions of the series). A smaller N is a faster tier.
 //! - THP mode, `numa_balancing` and `demotion_enabled` ([`MmSettings`]).
+//! - Distances, HMAT attributes, the fast/slow classification and memory hotplug:
+//!   [`tiering`].
 
 use std::{fmt, path::Path, str::FromStr};
 
 use serde::Serialize;
 
 use crate::sysfs::{self, HostRoot, SysfsError};
+
+pub mod tiering;
 
 const NODE_DIR: &str = "sys/devices/system/node";
 const TIERS_DIR: &str = "sys/devices/virtual/memory_tiering";

@@ -117,6 +117,41 @@ impl Workload {
     }
 }
 
+impl Workload {
+    /// Kills the workload (SIGKILL) and reaps it, so its pid is free for reuse.
+    pub(crate) fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Sends `where FIRST COUNT` and returns the page count per node (`N0=...`) and the
+    /// number of absent pages.
+    pub(crate) fn where_pages(
+        &mut self,
+        first: u64,
+        count: u64,
+    ) -> (std::collections::BTreeMap<u32, u64>, u64) {
+        let reply = self.command(&format!("where {first} {count}"));
+        let mut nodes = std::collections::BTreeMap::new();
+        let mut absent = None;
+        for word in reply.split_whitespace().skip(1) {
+            let (key, value) = word.split_once('=').unwrap_or_else(|| panic!("{reply:?}"));
+            let value: u64 = value.parse().unwrap_or_else(|_| panic!("{reply:?}"));
+            if key == "absent" {
+                absent = Some(value);
+            } else {
+                let node = key.strip_prefix('N').and_then(|n| n.parse().ok());
+                nodes.insert(node.unwrap_or_else(|| panic!("{reply:?}")), value);
+            }
+        }
+        assert!(reply.starts_with("where "), "unexpected reply {reply:?}");
+        (
+            nodes,
+            absent.unwrap_or_else(|| panic!("no absent= in {reply:?}")),
+        )
+    }
+}
+
 impl Drop for Workload {
     fn drop(&mut self) {
         let _ = writeln!(self.stdin, "quit");
@@ -157,4 +192,116 @@ pub(crate) fn assert_no_memtide_bpf_programs() {
         left.is_empty(),
         "memtide BPF programs still loaded: {left:?}"
     );
+}
+
+/// A free loopback port (bound and released; fine for tests on one machine).
+pub(crate) fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .map(|address| address.port())
+        .expect("a free loopback port")
+}
+
+/// `GET path` from 127.0.0.1:`port`: (status code, body), or None when nothing answers.
+pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
+    use std::io::Read as _;
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(5)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    let (head, body) = response.split_once("\r\n\r\n")?;
+    let code = head.split_whitespace().nth(1)?.parse().ok()?;
+    Some((code, body.to_owned()))
+}
+
+/// A running `memtide run`, stopped with SIGTERM on drop if still running.
+pub(crate) struct Agent {
+    pub(crate) child: Child,
+    pub(crate) port: u16,
+}
+
+impl Agent {
+    /// Starts `memtide run --listen 127.0.0.1:PORT ARGS...` and waits until /readyz answers
+    /// 200 (or panics after `wait`).
+    pub(crate) fn start(args: &[&str], wait: std::time::Duration) -> Self {
+        let port = free_port();
+        let listen = format!("127.0.0.1:{port}");
+        let child = Command::new(memtide_bin())
+            .args(["run", "--listen", &listen])
+            .args(args)
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn memtide run");
+        let mut agent = Self { child, port };
+        let deadline = std::time::Instant::now() + wait;
+        loop {
+            if let Some((200, _)) = http_get(port, "/readyz") {
+                return agent;
+            }
+            if let Ok(Some(status)) = agent.child.try_wait() {
+                let mut stderr = String::new();
+                if let Some(mut pipe) = agent.child.stderr.take() {
+                    use std::io::Read as _;
+                    let _ = pipe.read_to_string(&mut stderr);
+                }
+                panic!("memtide run exited early with {status}:\n{stderr}");
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "memtide run not ready within {wait:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    }
+
+    /// Sends SIGTERM and returns the exit status and everything it logged.
+    pub(crate) fn stop(mut self) -> (std::process::ExitStatus, String) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let mut stderr = String::new();
+        if let Some(mut pipe) = self.child.stderr.take() {
+            use std::io::Read as _;
+            let _ = pipe.read_to_string(&mut stderr);
+        }
+        let status = self.child.wait().expect("wait for memtide run");
+        (status, stderr)
+    }
+}
+
+impl Drop for Agent {
+    /// A test that fails midway still stops the agent the proper way, so the kdamond and BPF
+    /// programs it created are released for the next test; SIGKILL only if it hangs.
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = Command::new("kill")
+                .args(["-TERM", &self.child.id().to_string()])
+                .status();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            while std::time::Instant::now() < deadline {
+                if let Ok(Some(_)) = self.child.try_wait() {
+                    return;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// The value of the first sample of `metric` whose labels contain `label` in OpenMetrics
+/// text, if any.
+pub(crate) fn metric_value(text: &str, metric: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with(metric) && line.contains(label))
+        .find_map(|line| line.rsplit(' ').next()?.parse().ok())
 }

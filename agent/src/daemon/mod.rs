@@ -1,0 +1,744 @@
+//! `memtide run`: the agent as a service.
+//!
+//! Start-up: configuration → topology and tiers → HTTP endpoints → targets → the best hotness
+//! source that starts → ingest. Then one loop: follow targets as they come and go, hand DAMON
+//! regions to their targets, publish source and tier metrics, pet the systemd watchdog, reload
+//! on SIGHUP, and on SIGTERM/SIGINT stop sampling, let in-flight epochs finish, detach BPF and
+//! remove the kdamond it started.
+//!
+//! Each target runs in its own task (`target.rs`): samples → engine → plan → executor.
+
+pub mod http;
+pub mod notify;
+pub mod status;
+pub mod target;
+
+use std::{
+    collections::BTreeMap,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use memtide_common::AccessSample;
+use tokio::{
+    signal::unix::{SignalKind, signal},
+    sync::{mpsc, watch},
+};
+
+use self::{
+    notify::Notifier,
+    status::AgentStatus,
+    target::{TargetHandle, TargetSpec},
+};
+use crate::{
+    config::{self, Config, ConfigError},
+    engine::DamonObservation,
+    exec::{TierNodes, coexist},
+    metrics::{Metrics, NodeTier, ProgramLabel, SourceLabel, SourceReason},
+    sources::{
+        self, PerfSourceOptions, SourceKind,
+        budget::{KernelLimits, SamplingBudget},
+        damon::{DamonStatus, OpsProbe},
+        damon_source::run_damon_ring,
+        ingest::{IngestCounters, RouteCommand, Router, SampleBatch, run_sample_ring},
+        pmu::PmuScan,
+        running::{HotnessSource, StartContext, Stream, start_first},
+    },
+    sysfs::{HostRoot, SysfsError},
+    targets::select::{Selection, Selector, TargetSet},
+    topology::tiering::TieredTopology,
+};
+
+/// How often targets are re-resolved (cgroup members come and go).
+const REFRESH: Duration = Duration::from_secs(1);
+/// How often source, BPF and tier metrics are published.
+const METRICS_TICK: Duration = Duration::from_secs(1);
+/// How long shutdown waits for in-flight epochs.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// What the command line adds to the configuration file.
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// `--config`; without it `/etc/memtide/memtide.toml` if it exists, else the defaults.
+    pub config: Option<PathBuf>,
+    pub observe: bool,
+    pub pids: Vec<u32>,
+    pub cgroups: Vec<PathBuf>,
+    pub listen: Option<SocketAddr>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    #[error("reading the NUMA topology: {0}")]
+    Topology(#[from] SysfsError),
+    #[error("{0}")]
+    Listen(std::io::Error),
+    #[error(transparent)]
+    Coexist(#[from] coexist::CoexistError),
+    #[error("setting up the agent: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+impl DaemonError {
+    /// Process exit code: 2 for configuration problems, 3 when the listen address is taken,
+    /// 1 otherwise.
+    #[must_use]
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Self::Config(_) => 2,
+            Self::Listen(_) => 3,
+            _ => 1,
+        }
+    }
+}
+
+/// The configuration `run` uses, and the file it came from.
+pub fn load_config(options: &RunOptions) -> Result<(Config, Option<PathBuf>), ConfigError> {
+    let path = match &options.config {
+        Some(path) => Some(path.clone()),
+        None => Some(PathBuf::from(config::DEFAULT_PATH)).filter(|p| p.exists()),
+    };
+    let mut config = match &path {
+        Some(path) => {
+            config::check_permissions(path)?;
+            Config::load(path)?
+        }
+        None => Config::default(),
+    };
+    config.agent.observe |= options.observe;
+    config.targets.pids.extend(&options.pids);
+    config
+        .targets
+        .cgroups
+        .extend(options.cgroups.iter().cloned());
+    if let Some(listen) = options.listen {
+        config.agent.listen = listen;
+    }
+    Ok((config, path))
+}
+
+fn label_for(root: &HostRoot, pid: u32) -> String {
+    let comm = std::fs::read_to_string(root.path(format!("proc/{pid}/comm")))
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("{comm}:{pid}")
+}
+
+/// Sources to try, best first: the configured order, else what `memtide probe` ranks usable.
+fn candidates(
+    config: &Config,
+    root: &HostRoot,
+    pmus: &PmuScan,
+    observe_all: bool,
+) -> Vec<SourceKind> {
+    let mut order = if config.sources.order.is_empty() {
+        let damon = DamonStatus::read(root, OpsProbe::ReadOnly).unwrap_or_else(|error| {
+            tracing::warn!(%error, "reading DAMON's status; not using DAMON");
+            DamonStatus {
+                present: false,
+                nr_kdamonds: 0,
+                kdamonds: Vec::new(),
+                operations: Vec::new(),
+                operations_source: error.to_string(),
+                tracepoint: false,
+                tracepoint_detail: String::new(),
+            }
+        });
+        // Loading BPF is what starting a source does anyway; a failure there is reported
+        // with its reason and the next source is tried.
+        sources::rank(&sources::SourceInputs {
+            bpf_available: true,
+            pmus,
+            damon: &damon,
+        })
+        .into_iter()
+        .filter(|check| check.usable || check.kind == SourceKind::Damon)
+        .map(|check| check.kind)
+        .collect()
+    } else {
+        config.sources.order.clone()
+    };
+    // DAMON monitors named processes; with no targets there is nothing to give it.
+    if observe_all {
+        order.retain(|kind| *kind != SourceKind::Damon);
+    }
+    order
+}
+
+struct Agent {
+    config: Config,
+    config_path: Option<PathBuf>,
+    root: HostRoot,
+    origin: Instant,
+    tiered: TieredTopology,
+    observe_reason: Option<String>,
+    metrics: Metrics,
+    status: Arc<RwLock<AgentStatus>>,
+    selection: Selection,
+    observe_all: bool,
+    target_set: TargetSet,
+    targets: BTreeMap<u32, TargetHandle>,
+    skipped_targets: u64,
+    source: Option<Box<dyn HotnessSource>>,
+    routes: Option<mpsc::Sender<RouteCommand>>,
+    ingest_counters: Arc<IngestCounters>,
+    /// DAMON regions received (the DAMON source's samples).
+    damon_regions: u64,
+    published: Published,
+}
+
+/// Last values pushed into counters that mirror cumulative kernel or ingest counts.
+#[derive(Default)]
+struct Published {
+    samples: u64,
+    drops: BTreeMap<String, u64>,
+    bpf_nanos: BTreeMap<String, u128>,
+}
+
+impl Agent {
+    fn target_spec(&self, pid: u32) -> TargetSpec {
+        let classes = &self.tiered.classes;
+        let nodes = classes
+            .best_node(&self.tiered.topology, true)
+            .zip(classes.best_node(&self.tiered.topology, false))
+            .map(|(fast, slow)| TierNodes { fast, slow });
+        TargetSpec {
+            pid,
+            label: label_for(&self.root, pid),
+            engine: self.config.engine.clone(),
+            exec: self.config.migration.clone(),
+            observe: self.observe_reason.clone(),
+            fast_nodes: classes.fast.clone(),
+            slow_nodes: classes.slow.clone(),
+            nodes,
+            root: self.root.clone(),
+        }
+    }
+
+    /// Starts managing `pid`; false when the target limit is reached or it cannot be opened.
+    fn add_target(&mut self, pid: u32) -> bool {
+        if self.targets.contains_key(&pid) {
+            return true;
+        }
+        if self.targets.len() >= self.config.targets.max_targets {
+            self.skipped_targets += 1;
+            if self.skipped_targets.is_power_of_two() {
+                tracing::warn!(
+                    pid,
+                    max = self.config.targets.max_targets,
+                    skipped = self.skipped_targets,
+                    "target limit reached ([targets] max_targets); process not managed"
+                );
+            }
+            return false;
+        }
+        let spec = self.target_spec(pid);
+        let label = spec.label.clone();
+        match target::spawn(
+            spec,
+            self.config.sources.queue_batches,
+            self.origin,
+            self.metrics.clone(),
+            Arc::clone(&self.status),
+        ) {
+            Ok(handle) => {
+                if let Some(routes) = &self.routes {
+                    let _ = routes.try_send(RouteCommand::Add {
+                        pid,
+                        sender: handle.samples.clone(),
+                    });
+                }
+                tracing::info!(pid, target = %label, "managing target");
+                self.targets.insert(pid, handle);
+                true
+            }
+            Err(error) => {
+                tracing::info!(pid, %error, "cannot manage process");
+                false
+            }
+        }
+    }
+
+    fn remove_target(&mut self, pid: u32) {
+        if self.targets.remove(&pid).is_some() {
+            if let Some(routes) = &self.routes {
+                let _ = routes.try_send(RouteCommand::Remove { pid });
+            }
+            tracing::info!(pid, "target gone");
+        }
+    }
+
+    /// Re-resolves the selection; starts and stops target tasks; tells the source.
+    fn refresh_targets(&mut self) {
+        let finished: Vec<u32> = self
+            .targets
+            .iter()
+            .filter(|(_, handle)| handle.task.is_finished())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in finished {
+            self.remove_target(pid);
+        }
+        if self.observe_all {
+            return;
+        }
+        match self.target_set.refresh(&self.selection) {
+            Ok(changes) => {
+                for pid in changes.removed {
+                    self.remove_target(pid);
+                }
+                for pid in changes.added {
+                    self.add_target(pid);
+                }
+            }
+            Err(error) => tracing::warn!(%error, "resolving targets"),
+        }
+        let pids: Vec<u32> = self.targets.keys().copied().collect();
+        if let Some(source) = self.source.as_mut()
+            && let Err(error) = source.set_targets(&pids)
+        {
+            tracing::warn!(%error, "updating the source's targets");
+        }
+    }
+
+    fn publish_metrics(&mut self) {
+        let kind = self
+            .source
+            .as_ref()
+            .map_or("none", |source| source.kind().as_str());
+        let decoded = self.ingest_counters.delivered.load(Ordering::Relaxed)
+            + self
+                .ingest_counters
+                .dropped_channel_full
+                .load(Ordering::Relaxed)
+            + self.ingest_counters.unrouted.load(Ordering::Relaxed)
+            + self.damon_regions;
+        let delta = decoded.saturating_sub(self.published.samples);
+        self.published.samples = decoded;
+        self.metrics
+            .samples
+            .get_or_create(&SourceLabel {
+                source: kind.to_owned(),
+            })
+            .inc_by(delta);
+        let mut drops: BTreeMap<String, u64> = self
+            .source
+            .as_ref()
+            .map(|source| {
+                source
+                    .drop_counts()
+                    .into_iter()
+                    .map(|(reason, count)| (reason.to_owned(), count))
+                    .collect()
+            })
+            .unwrap_or_default();
+        drops.insert(
+            "channel_full".to_owned(),
+            self.ingest_counters
+                .dropped_channel_full
+                .load(Ordering::Relaxed),
+        );
+        drops.insert(
+            "malformed".to_owned(),
+            self.ingest_counters.malformed.load(Ordering::Relaxed),
+        );
+        if !self.observe_all {
+            drops.insert(
+                "unrouted".to_owned(),
+                self.ingest_counters.unrouted.load(Ordering::Relaxed),
+            );
+        }
+        for (reason, count) in drops {
+            // With observe-all the BPF filter is off: not_target stays 0 by construction.
+            let last = self.published.drops.entry(reason.clone()).or_insert(0);
+            let delta = count.saturating_sub(*last);
+            *last = count;
+            self.metrics
+                .samples_dropped
+                .get_or_create(&SourceReason {
+                    source: kind.to_owned(),
+                    reason,
+                })
+                .inc_by(delta);
+        }
+        if let Some(source) = &self.source {
+            for program in source.program_stats() {
+                let nanos = program.run_time.as_nanos();
+                let last = self
+                    .published
+                    .bpf_nanos
+                    .entry(program.name.clone())
+                    .or_insert(0);
+                let delta = nanos.saturating_sub(*last);
+                *last = nanos;
+                #[expect(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
+                self.metrics
+                    .bpf_run_seconds
+                    .get_or_create(&ProgramLabel {
+                        program: program.name,
+                    })
+                    .inc_by(delta as f64 / 1e9);
+            }
+        }
+        if let Ok(topology) = crate::topology::Topology::read(&self.root) {
+            for node in &topology.nodes {
+                let tier = if self.tiered.classes.slow.contains(&node.id) {
+                    "slow"
+                } else {
+                    "fast"
+                };
+                let labels = NodeTier {
+                    node: node.id.to_string(),
+                    tier: tier.to_owned(),
+                };
+                self.metrics
+                    .tier_capacity_bytes
+                    .get_or_create(&labels)
+                    .set(i64::try_from(node.memory_bytes).unwrap_or(i64::MAX));
+                self.metrics
+                    .tier_free_bytes
+                    .get_or_create(&labels)
+                    .set(i64::try_from(node.free_bytes).unwrap_or(i64::MAX));
+            }
+        }
+        let engine_memory: u64 = read_status(&self.status)
+            .targets
+            .iter()
+            .map(|t| t.engine_memory_bytes)
+            .sum();
+        self.metrics
+            .engine_memory_bytes
+            .set(i64::try_from(engine_memory).unwrap_or(i64::MAX));
+    }
+
+    /// SIGHUP: re-read the file; a broken file keeps the running configuration.
+    fn reload(&mut self) {
+        let Some(path) = self.config_path.clone() else {
+            tracing::info!("SIGHUP: no configuration file in use; nothing to reload");
+            return;
+        };
+        let loaded = config::check_permissions(&path)
+            .and_then(|()| Config::load(&path))
+            .and_then(|config| {
+                config.validate(&path, Some(&self.tiered.topology))?;
+                Ok(config)
+            });
+        match loaded {
+            Ok(mut config) => {
+                // Command-line additions stay in force.
+                config.agent.observe |= self.config.agent.observe;
+                let command_line: Vec<u32> = self
+                    .selection
+                    .include
+                    .iter()
+                    .filter_map(|s| match s {
+                        Selector::Pid(pid) => Some(*pid),
+                        _ => None,
+                    })
+                    .filter(|pid| !config.targets.pids.contains(pid))
+                    .collect();
+                config.targets.pids.extend(command_line);
+                self.selection = config.targets.selection();
+                self.config = config;
+                tracing::info!(path = %path.display(), "configuration reloaded (engine settings apply to targets found from now on)");
+            }
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: the new configuration is invalid; keeping the running one");
+            }
+        }
+    }
+}
+
+fn read_status(status: &RwLock<AgentStatus>) -> AgentStatus {
+    match status.read() {
+        Ok(guard) => guard.clone(),
+        Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+fn observe_reason(config: &Config, tiered: &TieredTopology) -> Option<String> {
+    if config.agent.observe {
+        return Some("observe mode (--observe or [agent] observe = true)".to_owned());
+    }
+    if !tiered.classes.can_tier() {
+        let nodes = tiered.topology.nodes.len();
+        return Some(format!(
+            "{nodes} NUMA node(s), no slow tier: there is nothing to migrate to; observing only"
+        ));
+    }
+    if config.targets.is_empty() {
+        return Some(
+            "no targets configured: observing every process, migrating nothing (set [targets] \
+             or --pid/--cgroup)"
+                .to_owned(),
+        );
+    }
+    None
+}
+
+/// Runs the agent until SIGTERM or SIGINT.
+pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
+    let origin = Instant::now();
+    let root = HostRoot::default();
+    let (config, config_path) = load_config(&options)?;
+    match &config_path {
+        Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
+        None => tracing::info!(
+            "no configuration file at {}; using the defaults",
+            config::DEFAULT_PATH
+        ),
+    }
+    let tiered = TieredTopology::read(&root, &config.topology)?;
+    config.validate(
+        config_path
+            .as_deref()
+            .unwrap_or_else(|| Path::new("(defaults)")),
+        Some(&tiered.topology),
+    )?;
+    if let Some(warning) = &tiered.classes.warning {
+        tracing::warn!("{warning}");
+    }
+    // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
+    coexist::check(&root, config.agent.on_conflict)?;
+    let observe_reason = observe_reason(&config, &tiered);
+    if let Some(reason) = &observe_reason {
+        tracing::warn!("not migrating: {reason}");
+    }
+
+    // Kernel BPF run-time accounting for memtide_bpf_run_seconds_total, for as long as the
+    // agent runs (BPF_ENABLE_STATS needs CAP_SYS_ADMIN; without it the metric stays 0).
+    let _bpf_stats = crate::bpf::enable_run_time_stats()
+        .map_err(|error| {
+            tracing::warn!(%error, "BPF run-time statistics unavailable; memtide_bpf_run_seconds_total stays 0");
+        })
+        .ok();
+    let (metrics, registry) = Metrics::new();
+    let status = Arc::new(RwLock::new(AgentStatus {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        source: "none".to_owned(),
+        observe_reason: observe_reason.clone(),
+        fast_nodes: tiered.classes.fast.clone(),
+        slow_nodes: tiered.classes.slow.clone(),
+        targets: Vec::new(),
+    }));
+    let ready = Arc::new(AtomicBool::new(false));
+    let listener = http::bind(config.agent.listen)
+        .await
+        .map_err(DaemonError::Listen)?;
+    tracing::info!(address = %config.agent.listen, "serving /metrics /healthz /readyz /status");
+    let (http_stop, mut http_stop_rx) = watch::channel(false);
+    let http = tokio::spawn(http::serve(
+        listener,
+        http::Shared {
+            registry: Arc::new(registry),
+            status: Arc::clone(&status),
+            ready: Arc::clone(&ready),
+        },
+        async move {
+            let _ = http_stop_rx.changed().await;
+        },
+    ));
+
+    let selection = config.targets.selection();
+    let observe_all = selection.include.is_empty();
+    let mut agent = Agent {
+        config,
+        config_path,
+        root,
+        origin,
+        tiered,
+        observe_reason,
+        metrics,
+        status,
+        selection,
+        observe_all,
+        target_set: TargetSet::new(),
+        targets: BTreeMap::new(),
+        skipped_targets: 0,
+        source: None,
+        routes: None,
+        ingest_counters: Arc::new(IngestCounters::default()),
+        damon_regions: 0,
+        published: Published::default(),
+    };
+    agent.refresh_targets();
+
+    // The hotness source.
+    let pmus = PmuScan::read(&agent.root).unwrap_or_default();
+    let order = candidates(&agent.config, &agent.root, &pmus, observe_all);
+    let cpus = aya::util::online_cpus().map_err(|(_, error)| DaemonError::Io(error))?;
+    let limits = KernelLimits::read(&agent.root)?;
+    let mut perf = PerfSourceOptions::new(cpus, limits);
+    perf.ring_bytes = agent.config.sources.ring_bytes;
+    perf.filter_by_target = !observe_all;
+    perf.budget = SamplingBudget {
+        cpu_fraction: agent.config.sources.cpu_budget_percent / 100.0,
+        ..SamplingBudget::default()
+    };
+    let pids: Vec<u32> = agent.targets.keys().copied().collect();
+    let (source, failed) = start_first(
+        &order,
+        &StartContext {
+            root: &agent.root,
+            pmus: &pmus,
+            perf: &perf,
+            damon: &agent.config.sources.damon,
+            pids: &pids,
+        },
+    );
+    // start_first has logged each failure with its reason.
+    drop(failed);
+    let mut source = source;
+    let (routes, routes_rx) = mpsc::channel(1024);
+    let (default_tx, mut default_rx) =
+        mpsc::channel::<SampleBatch>(agent.config.sources.queue_batches);
+    let (damon_tx, mut damon_rx) = mpsc::channel(64);
+    let (damon_stop, damon_stop_rx) = watch::channel(false);
+    let mut ingest = None;
+    let mut damon_drain = None;
+    let source_name = source
+        .as_ref()
+        .map_or("none", |s| s.kind().as_str())
+        .to_owned();
+    match source.as_mut().and_then(|s| s.take_stream()) {
+        Some(Stream::Samples(ring)) => {
+            let mut router = Router::new(
+                agent.config.sources.batch,
+                Arc::clone(&agent.ingest_counters),
+            );
+            for (pid, handle) in &agent.targets {
+                router.add_route(*pid, handle.samples.clone());
+            }
+            if observe_all {
+                router.apply(RouteCommand::SetDefault {
+                    sender: Some(default_tx.clone()),
+                });
+            }
+            ingest = Some(tokio::spawn(run_sample_ring(ring, router, routes_rx)));
+        }
+        Some(Stream::DamonRegions(ring)) => {
+            damon_drain = Some(tokio::spawn(run_damon_ring(ring, damon_tx, damon_stop_rx)));
+        }
+        None => tracing::error!(
+            tried = ?order,
+            "no hotness source could start; serving metrics only (see `memtide probe`)"
+        ),
+    }
+    agent.routes = Some(routes);
+    agent.source = source;
+    if let Ok(mut status) = agent.status.write() {
+        status.source.clone_from(&source_name);
+    }
+    tracing::info!(source = %source_name, targets = agent.targets.len(), observe_all, "memtide running");
+    let notifier = Notifier::from_env();
+    ready.store(true, Ordering::Relaxed);
+    notifier.ready(&format!(
+        "source {source_name}; {}",
+        agent
+            .observe_reason
+            .as_deref()
+            .unwrap_or("migrating between tiers")
+    ));
+
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    let mut hangup = signal(SignalKind::hangup())?;
+    let mut refresh = tokio::time::interval(REFRESH);
+    let mut metrics_tick = tokio::time::interval(METRICS_TICK);
+    let mut watchdog =
+        tokio::time::interval(Notifier::watchdog_interval().unwrap_or(Duration::from_secs(3600)));
+    let max_nr_accesses = agent.config.sources.damon.max_nr_accesses();
+    loop {
+        tokio::select! {
+            _ = terminate.recv() => { tracing::info!("SIGTERM: stopping"); break; }
+            _ = interrupt.recv() => { tracing::info!("SIGINT: stopping"); break; }
+            _ = hangup.recv() => agent.reload(),
+            _ = refresh.tick() => agent.refresh_targets(),
+            _ = metrics_tick.tick() => agent.publish_metrics(),
+            _ = watchdog.tick() => notifier.watchdog(),
+            Some(batch) = default_rx.recv() => dispatch_observed(&mut agent, batch),
+            Some(regions) = damon_rx.recv() => {
+                agent.damon_regions += regions.len() as u64;
+                dispatch_damon(&agent, &regions, max_nr_accesses);
+            }
+        }
+    }
+
+    // Shutdown: stop taking samples, let epochs finish, then release kernel resources.
+    notifier.stopping();
+    ready.store(false, Ordering::Relaxed);
+    agent.routes = None;
+    let _ = damon_stop.send(true);
+    if let Some(ingest) = ingest {
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, ingest).await;
+    }
+    if let Some(drain) = damon_drain {
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, drain).await;
+    }
+    let tasks: Vec<_> = std::mem::take(&mut agent.targets)
+        .into_values()
+        .map(|handle| handle.task)
+        .collect();
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    for task in tasks {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            tracing::warn!("a target's epoch did not finish in time; abandoning it");
+        }
+    }
+    // Detaches the BPF programs and removes memtide's kdamond, if any.
+    drop(agent.source.take());
+    let _ = http_stop.send(true);
+    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    tracing::info!("memtide stopped");
+    Ok(())
+}
+
+/// Observe-all mode: samples of processes without a task start one (up to the limit).
+fn dispatch_observed(agent: &mut Agent, batch: Vec<AccessSample>) {
+    let mut by_pid: BTreeMap<u32, Vec<AccessSample>> = BTreeMap::new();
+    for sample in batch {
+        by_pid.entry(sample.pid).or_default().push(sample);
+    }
+    for (pid, samples) in by_pid {
+        if pid == std::process::id() || !agent.add_target(pid) {
+            continue;
+        }
+        if let Some(handle) = agent.targets.get(&pid) {
+            let _ = handle.samples.try_send(samples);
+        }
+    }
+}
+
+/// DAMON regions arrive by target index; each goes to its process's task.
+fn dispatch_damon(agent: &Agent, regions: &[memtide_common::DamonRegion], max_nr_accesses: u32) {
+    let Some(source) = agent.source.as_deref() else {
+        return;
+    };
+    let Some(damon) = source.as_damon() else {
+        return;
+    };
+    let mut by_pid: BTreeMap<u32, Vec<DamonObservation>> = BTreeMap::new();
+    for region in regions {
+        if let Some(pid) = damon.target_pid(region.target) {
+            by_pid.entry(pid).or_default().push(DamonObservation {
+                start: region.start,
+                end: region.end,
+                nr_accesses: region.nr_accesses,
+                max_nr_accesses,
+                age: region.age,
+            });
+        }
+    }
+    for (pid, observations) in by_pid {
+        if let Some(handle) = agent.targets.get(&pid) {
+            let _ = handle.damon.try_send(observations);
+        }
+    }
+}

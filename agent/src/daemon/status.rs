@@ -1,0 +1,165 @@
+//! What `/status` returns and `memtide status` prints: one row per target.
+
+use std::{collections::BTreeMap, fmt::Write as _};
+
+use serde::{Deserialize, Serialize};
+
+/// The agent as a whole.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct AgentStatus {
+    pub version: String,
+    /// The hotness source in use (`none` when none could start).
+    pub source: String,
+    /// Why memtide is not migrating, when it is not (observe mode, one node, ...).
+    pub observe_reason: Option<String>,
+    pub fast_nodes: Vec<u32>,
+    pub slow_nodes: Vec<u32>,
+    pub targets: Vec<TargetStatus>,
+}
+
+/// One managed process.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct TargetStatus {
+    /// The metrics label (`comm:pid`).
+    pub target: String,
+    pub pid: u32,
+    /// Resident bytes by tier (`fast`, `slow`), from move_pages queries.
+    pub managed_bytes: BTreeMap<String, u64>,
+    /// Bytes of the hot set.
+    pub hot_bytes: u64,
+    /// Share of the last epoch's sampled accesses served by the fast tier.
+    pub fast_hit_ratio: Option<f64>,
+    pub granularity_bytes: u64,
+    pub epoch_seconds: f64,
+    pub samples: u64,
+    pub promoted_bytes: u64,
+    pub demoted_bytes: u64,
+    pub would_promote_bytes: u64,
+    pub would_demote_bytes: u64,
+    /// Memory held by this target's engine.
+    pub engine_memory_bytes: u64,
+    /// The most recent problems, newest last.
+    pub last_errors: Vec<String>,
+}
+
+fn bytes(value: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut scaled = value;
+    let mut unit = 0;
+    while scaled >= 10 * 1024 && unit < UNITS.len() - 1 {
+        scaled /= 1024;
+        unit += 1;
+    }
+    format!("{scaled} {}", UNITS[unit])
+}
+
+impl AgentStatus {
+    /// The table `memtide status` prints.
+    #[must_use]
+    pub fn to_table(&self) -> String {
+        let mut out = String::new();
+        let _ = writeln!(
+            out,
+            "memtide {}  source: {}  fast nodes: {:?}  slow nodes: {:?}",
+            self.version, self.source, self.fast_nodes, self.slow_nodes
+        );
+        if let Some(reason) = &self.observe_reason {
+            let _ = writeln!(out, "not migrating: {reason}");
+        }
+        if self.targets.is_empty() {
+            let _ = writeln!(out, "no targets");
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10}",
+            "TARGET",
+            "FAST",
+            "SLOW",
+            "HOT",
+            "HIT%",
+            "GRAN",
+            "EPOCH",
+            "SAMPLES",
+            "PROMOTED",
+            "DEMOTED"
+        );
+        for t in &self.targets {
+            let tier = |name: &str| bytes(t.managed_bytes.get(name).copied().unwrap_or(0));
+            let hit = t
+                .fast_hit_ratio
+                .map_or_else(|| "-".to_owned(), |ratio| format!("{:.1}", ratio * 100.0));
+            let (promoted, demoted) = if t.promoted_bytes + t.demoted_bytes == 0
+                && t.would_promote_bytes + t.would_demote_bytes > 0
+            {
+                (
+                    format!("({})", bytes(t.would_promote_bytes)),
+                    format!("({})", bytes(t.would_demote_bytes)),
+                )
+            } else {
+                (bytes(t.promoted_bytes), bytes(t.demoted_bytes))
+            };
+            let _ = writeln!(
+                out,
+                "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6.1}s {:>10} {:>10} {:>10}",
+                t.target,
+                tier("fast"),
+                tier("slow"),
+                bytes(t.hot_bytes),
+                hit,
+                bytes(t.granularity_bytes),
+                t.epoch_seconds,
+                t.samples,
+                promoted,
+                demoted,
+            );
+            for error in &t.last_errors {
+                let _ = writeln!(out, "    last error: {error}");
+            }
+        }
+        let _ = writeln!(out, "(parenthesised: would have moved, in observe mode)");
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_has_one_row_per_target_and_the_observe_reason() {
+        let status = AgentStatus {
+            version: "0.1.0".into(),
+            source: "swfault".into(),
+            observe_reason: Some("one NUMA node".into()),
+            fast_nodes: vec![0],
+            slow_nodes: vec![],
+            targets: vec![TargetStatus {
+                target: "workload:42".into(),
+                pid: 42,
+                managed_bytes: [("fast".to_owned(), 64 << 20)].into(),
+                hot_bytes: 1 << 20,
+                fast_hit_ratio: Some(1.0),
+                granularity_bytes: 4096,
+                epoch_seconds: 1.5,
+                samples: 1000,
+                would_promote_bytes: 8192,
+                last_errors: vec!["move_pages: EBUSY".into()],
+                ..TargetStatus::default()
+            }],
+        };
+        let table = status.to_table();
+        assert!(table.contains("not migrating: one NUMA node"), "{table}");
+        let row = table
+            .lines()
+            .find(|l| l.starts_with("workload:42"))
+            .expect("row");
+        assert!(
+            row.contains("64 MiB") && row.contains("100.0") && row.contains("(8192 B)"),
+            "{row}"
+        );
+        assert!(table.contains("last error: move_pages: EBUSY"));
+        let json = serde_json::to_string(&status).unwrap();
+        assert_eq!(serde_json::from_str::<AgentStatus>(&json).unwrap(), status);
+    }
+}

@@ -1,0 +1,750 @@
+//! One task per managed process: samples in, an engine, and at every epoch a plan that is
+//! executed (or, in observe mode, only counted), with the metrics and status it produces.
+//!
+//! The epoch step does system calls (move_pages queries and moves) and can take milliseconds,
+//! so it runs on the blocking pool with the task's state moved in and back out: the async
+//! side never blocks, and the ingest path keeps draining while a target migrates.
+
+use std::{
+    collections::BTreeMap,
+    sync::{Arc, RwLock},
+    time::{Duration, Instant},
+};
+
+use memtide_common::{AccessKind, AccessSample};
+use tokio::sync::mpsc;
+
+use super::status::{AgentStatus, TargetStatus};
+use crate::{
+    engine::{DamonObservation, Engine, EngineConfig, Sample},
+    exec::{ExecConfig, ExecReport, Executor, KernelBackend, TierNodes, requests_from_plan},
+    metrics::{Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier},
+    policy::{CapacityView, Direction, Plan},
+    sysfs::HostRoot,
+    targets::{Target, TargetError, placement::TierPlacement},
+    topology::Topology,
+};
+
+/// Pages of a target queried per epoch at most; beyond this the placement view is partial
+/// (counted in the status) so one huge process cannot stall the agent.
+const MAX_QUERY_PAGES: u64 = 4 << 20;
+/// Sampled pages remembered per epoch for the hit ratio.
+const MAX_SAMPLED_PAGES: usize = 1 << 16;
+const PAGE: u64 = 4096;
+
+/// Everything a target task needs to start.
+#[derive(Debug, Clone)]
+pub struct TargetSpec {
+    pub pid: u32,
+    /// The metrics label.
+    pub label: String,
+    pub engine: EngineConfig,
+    pub exec: ExecConfig,
+    /// `Some(reason)`: plan but do not move.
+    pub observe: Option<String>,
+    pub fast_nodes: Vec<u32>,
+    pub slow_nodes: Vec<u32>,
+    /// Where promotions and demotions go.
+    pub nodes: Option<TierNodes>,
+    pub root: HostRoot,
+}
+
+/// The state moved between the async loop and the blocking epoch step.
+struct State {
+    spec: TargetSpec,
+    target: Target,
+    engine: Engine,
+    executor: Executor,
+    status: TargetStatus,
+}
+
+/// A sample stands for `period` accesses: the BPF program stamps the sample period as its
+/// weight.
+fn to_engine_sample(sample: &AccessSample) -> Sample {
+    Sample {
+        addr: sample.addr,
+        kind: AccessKind::from_u8(sample.kind),
+        weight: u32::try_from(sample.weight).unwrap_or(u32::MAX).max(1),
+    }
+}
+
+/// The smallest set of distinct pages, hottest first, covering `coverage` of the epoch's
+/// samples (Rainbow's hot-set definition), as page addresses.
+fn sampled_hot_set(sampled: &[u64], coverage: f64) -> Vec<u64> {
+    let mut pages: Vec<u64> = sampled.iter().map(|addr| addr & !(PAGE - 1)).collect();
+    pages.sort_unstable();
+    let mut counts: Vec<(u64, u64)> = Vec::new();
+    for page in pages {
+        match counts.last_mut() {
+            Some((last, count)) if *last == page => *count += 1,
+            _ => counts.push((page, 1)),
+        }
+    }
+    counts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of a sample count"
+    )]
+    let goal = (sampled.len() as f64 * coverage).ceil() as u64;
+    let mut covered = 0;
+    counts
+        .into_iter()
+        .take_while(|(_, count)| {
+            let take = covered < goal;
+            covered += count;
+            take
+        })
+        .map(|(page, _)| page)
+        .collect()
+}
+
+fn bytes_on(placement: &TierPlacement, nodes: &[u32]) -> u64 {
+    let counts = placement.counts();
+    nodes.iter().map(|&node| counts.on(node)).sum::<u64>() * PAGE
+}
+
+fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32]) -> CapacityView {
+    let topology = Topology::read(root).ok();
+    let sum = |nodes: &[u32], free: bool| -> u64 {
+        nodes
+            .iter()
+            .filter_map(|id| topology.as_ref()?.node(*id))
+            .map(|node| {
+                if free {
+                    node.free_bytes
+                } else {
+                    node.memory_bytes
+                }
+            })
+            .sum()
+    };
+    CapacityView {
+        fast_total_bytes: sum(fast, false),
+        fast_free_bytes: sum(fast, true),
+        slow_total_bytes: sum(slow, false),
+        slow_free_bytes: sum(slow, true),
+        fast: crate::policy::TierCost::default(),
+        slow: crate::policy::TierCost::default(),
+    }
+}
+
+/// What a target saw between two epochs.
+#[derive(Debug, Default)]
+struct EpochInput {
+    /// Addresses of sampled accesses (per-access sources).
+    pages: Vec<u64>,
+    /// The latest DAMON report per region start (DAMON).
+    regions: BTreeMap<u64, DamonObservation>,
+}
+
+/// Sampled accesses and the hot set, by the tier their pages are on.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct TierView {
+    fast_accesses: u64,
+    slow_accesses: u64,
+    hot_fast_bytes: u64,
+    hot_slow_bytes: u64,
+}
+
+fn sample_view(sampled: &[u64], placement: &TierPlacement, coverage: f64) -> TierView {
+    let mut view = TierView::default();
+    for &addr in sampled {
+        match placement.is_fast(addr & !(PAGE - 1)) {
+            Some(true) => view.fast_accesses += 1,
+            Some(false) => view.slow_accesses += 1,
+            None => {}
+        }
+    }
+    for page in sampled_hot_set(sampled, coverage) {
+        match placement.is_fast(page) {
+            Some(false) => view.hot_slow_bytes += PAGE,
+            // Not resident any more counts where it was sampled: fast is the optimistic guess
+            // only when the page is known fast; unknown pages are left out.
+            Some(true) => view.hot_fast_bytes += PAGE,
+            None => {}
+        }
+    }
+    view
+}
+
+/// DAMON reports regions, not pages: each region's accesses (`nr_accesses` × pages) are split
+/// by the share of its resident pages on each tier (checked on up to 256 pages per region),
+/// and the hot set is the smallest set of regions, hottest first, covering `coverage` of all
+/// accesses.
+fn damon_view<'a>(
+    regions: impl Iterator<Item = &'a DamonObservation>,
+    placement: &TierPlacement,
+    coverage: f64,
+) -> TierView {
+    let mut weighted: Vec<(u32, u64, u64, f64)> = Vec::new();
+    for region in regions {
+        let pages = region.end.saturating_sub(region.start) / PAGE;
+        if pages == 0 {
+            continue;
+        }
+        let step = (pages / 256).max(1);
+        let (mut fast, mut resident) = (0u64, 0u64);
+        let mut page = 0;
+        while page < pages {
+            match placement.is_fast(region.start + page * PAGE) {
+                Some(true) => {
+                    fast += 1;
+                    resident += 1;
+                }
+                Some(false) => resident += 1,
+                None => {}
+            }
+            page += step;
+        }
+        if resident == 0 {
+            continue;
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a share of page counts")]
+        let fast_share = fast as f64 / resident as f64;
+        weighted.push((region.nr_accesses, region.start, pages, fast_share));
+    }
+    let mut view = TierView::default();
+    let mut total = 0u64;
+    for &(accesses, _, pages, share) in &weighted {
+        let weight = u64::from(accesses) * pages;
+        total += weight;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "splitting an access count by a share in [0, 1]"
+        )]
+        let fast = (weight as f64 * share).round() as u64;
+        view.fast_accesses += fast;
+        view.slow_accesses += weight - fast.min(weight);
+    }
+    weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of an access count"
+    )]
+    let goal = (total as f64 * coverage).ceil() as u64;
+    let mut covered = 0u64;
+    for (accesses, _, pages, share) in weighted {
+        if covered >= goal || accesses == 0 {
+            break;
+        }
+        covered += u64::from(accesses) * pages;
+        let bytes = pages * PAGE;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "splitting bytes by a share in [0, 1]"
+        )]
+        let fast = (bytes as f64 * share).round() as u64;
+        view.hot_fast_bytes += fast;
+        view.hot_slow_bytes += bytes - fast.min(bytes);
+    }
+    view
+}
+
+/// Queries where the target's migratable memory is.
+fn placement_of(target: &Target, fast_nodes: &[u32]) -> Result<TierPlacement, TargetError> {
+    let mut placement = TierPlacement::new(fast_nodes.to_vec());
+    let mut budget = MAX_QUERY_PAGES * PAGE;
+    for mapping in target.maps()?.into_iter().filter(|m| m.is_migratable()) {
+        let len = (mapping.end - mapping.start).min(budget);
+        if len == 0 {
+            break;
+        }
+        placement.query(target, mapping.start, len)?;
+        budget -= len;
+    }
+    Ok(placement)
+}
+
+/// The outcome of one epoch, for the async side.
+enum Epoch {
+    Done,
+    Exited,
+}
+
+impl State {
+    fn remember_error(&mut self, error: String) {
+        self.status.last_errors.push(error);
+        let excess = self.status.last_errors.len().saturating_sub(3);
+        self.status.last_errors.drain(..excess);
+    }
+
+    fn epoch(&mut self, now: Duration, input: &EpochInput, metrics: &Metrics) -> Epoch {
+        let sampled = &input.pages;
+        if self.target.check_alive().is_err() {
+            return Epoch::Exited;
+        }
+        let label = self.spec.label.clone();
+        let placement = match placement_of(&self.target, &self.spec.fast_nodes) {
+            Ok(placement) => placement,
+            Err(TargetError::Exited { .. }) => return Epoch::Exited,
+            Err(error) => {
+                self.remember_error(error.to_string());
+                return Epoch::Done;
+            }
+        };
+
+        // Hit ratio over the accesses sampled since the last epoch.
+        let coverage = self.engine.config().hot_coverage;
+        let view = if input.regions.is_empty() {
+            sample_view(sampled, &placement, coverage)
+        } else {
+            damon_view(input.regions.values(), &placement, coverage)
+        };
+        for (tier, count) in [("fast", view.fast_accesses), ("slow", view.slow_accesses)] {
+            metrics
+                .accesses_sampled
+                .get_or_create(&TargetTier {
+                    target: label.clone(),
+                    tier: tier.to_owned(),
+                })
+                .inc_by(count);
+        }
+        let (fast, slow) = (view.fast_accesses, view.slow_accesses);
+        if fast + slow > 0 {
+            #[expect(clippy::cast_precision_loss, reason = "a ratio of sample counts")]
+            let ratio = fast as f64 / (fast + slow) as f64;
+            self.status.fast_hit_ratio = Some(ratio);
+            metrics
+                .fast_tier_hit_ratio
+                .get_or_create(&TargetLabel {
+                    target: label.clone(),
+                })
+                .set(ratio);
+        }
+
+        let capacity = capacity_view(
+            &self.spec.root,
+            &self.spec.fast_nodes,
+            &self.spec.slow_nodes,
+        );
+        let plan = self.engine.plan(now, &placement, &capacity);
+        self.record_plan(&plan, metrics);
+        let mut moved = false;
+        if self.spec.observe.is_none()
+            && let Some(nodes) = self.spec.nodes
+            && !plan.moves.is_empty()
+        {
+            match self.execute(&plan, nodes, metrics) {
+                Ok(report) if report.aborted.is_some() => return Epoch::Exited,
+                Ok(report) => moved = report.pages_moved > 0,
+                Err(error) => self.remember_error(error),
+            }
+        }
+
+        // Gauges after the moves: hot and managed bytes by tier. The placement is queried
+        // again only if pages moved.
+        let placement = if moved {
+            placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement)
+        } else {
+            placement
+        };
+        let view = if input.regions.is_empty() {
+            sample_view(sampled, &placement, coverage)
+        } else {
+            damon_view(input.regions.values(), &placement, coverage)
+        };
+        for (tier, value) in [("fast", view.hot_fast_bytes), ("slow", view.hot_slow_bytes)] {
+            metrics
+                .hot_bytes
+                .get_or_create(&TargetTier {
+                    target: label.clone(),
+                    tier: tier.to_owned(),
+                })
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+        let managed = [
+            ("fast", bytes_on(&placement, &self.spec.fast_nodes)),
+            ("slow", bytes_on(&placement, &self.spec.slow_nodes)),
+        ];
+        for (tier, value) in managed {
+            metrics
+                .managed_bytes
+                .get_or_create(&TargetTier {
+                    target: label.clone(),
+                    tier: tier.to_owned(),
+                })
+                .set(i64::try_from(value).unwrap_or(i64::MAX));
+        }
+        let stats = self.engine.stats();
+        #[expect(clippy::cast_precision_loss, reason = "milliseconds of an epoch")]
+        let epoch_seconds = stats.epoch_ms as f64 / 1000.0;
+        metrics
+            .epoch_seconds
+            .get_or_create(&TargetLabel {
+                target: label.clone(),
+            })
+            .set(epoch_seconds);
+        metrics
+            .granularity_bytes
+            .get_or_create(&TargetLabel { target: label })
+            .set(i64::try_from(stats.granularity_bytes).unwrap_or(i64::MAX));
+        self.status.managed_bytes = managed
+            .iter()
+            .map(|(tier, value)| ((*tier).to_owned(), *value))
+            .collect::<BTreeMap<_, _>>();
+        self.status.hot_bytes = view.hot_fast_bytes + view.hot_slow_bytes;
+        self.status.granularity_bytes = stats.granularity_bytes;
+        self.status.epoch_seconds = epoch_seconds;
+        self.status.engine_memory_bytes = stats.memory_bytes;
+        Epoch::Done
+    }
+
+    fn record_plan(&mut self, plan: &Plan, metrics: &Metrics) {
+        if self.spec.observe.is_none() && self.spec.nodes.is_some() {
+            return;
+        }
+        // Observe mode: what the plan would have moved, had migration been on.
+        let mut would = [0u64; 2];
+        for planned in &plan.moves {
+            let slot = usize::from(planned.direction == Direction::Demote);
+            would[slot] += planned.len;
+        }
+        for (direction, bytes) in [("promote", would[0]), ("demote", would[1])] {
+            metrics
+                .would_migrate_bytes
+                .get_or_create(&TargetDirection {
+                    target: self.spec.label.clone(),
+                    direction: direction.to_owned(),
+                })
+                .inc_by(bytes);
+        }
+        self.status.would_promote_bytes += would[0];
+        self.status.would_demote_bytes += would[1];
+    }
+
+    fn execute(
+        &mut self,
+        plan: &Plan,
+        nodes: TierNodes,
+        metrics: &Metrics,
+    ) -> Result<ExecReport, String> {
+        let requests = requests_from_plan(plan, nodes);
+        let mut backend =
+            KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
+        let report = self
+            .executor
+            .execute(&mut backend, &requests, Instant::now())
+            .map_err(|e| e.to_string())?;
+        let label = &self.spec.label;
+        // Bytes by direction and granularity, from what was requested and the share that
+        // moved (the executor verifies per page; granularity is per request).
+        #[expect(clippy::cast_precision_loss, reason = "a ratio of page counts")]
+        let moved_share = if report.pages_attempted == 0 {
+            0.0
+        } else {
+            (report.pages_moved as f64 / report.pages_attempted.max(report.pages_moved) as f64)
+                .min(1.0)
+        };
+        for request in &requests {
+            let granularity = match request.granularity {
+                g if g >= 2 << 20 => "2m",
+                g if g >= 64 << 10 => "64k",
+                _ => "4k",
+            };
+            let direction = match request.direction {
+                crate::exec::Direction::Promote => "promote",
+                crate::exec::Direction::Demote => "demote",
+            };
+            #[expect(
+                clippy::cast_possible_truncation,
+                clippy::cast_sign_loss,
+                clippy::cast_precision_loss,
+                reason = "bytes scaled by a share in [0, 1]"
+            )]
+            let bytes = (request.len as f64 * moved_share) as u64;
+            metrics
+                .migrated_bytes
+                .get_or_create(&Migrated {
+                    target: label.clone(),
+                    direction: direction.to_owned(),
+                    granularity: granularity.to_owned(),
+                })
+                .inc_by(bytes);
+            if direction == "promote" {
+                self.status.promoted_bytes += bytes;
+            } else {
+                self.status.demoted_bytes += bytes;
+            }
+        }
+        let direction = if plan.promote_bytes >= plan.demote_bytes {
+            "promote"
+        } else {
+            "demote"
+        };
+        metrics
+            .migration_pages
+            .get_or_create(&PageResult {
+                target: label.clone(),
+                direction: direction.to_owned(),
+                result: "moved".to_owned(),
+            })
+            .inc_by(report.pages_moved);
+        for (reason, pages) in &report.failures {
+            metrics
+                .migration_pages
+                .get_or_create(&PageResult {
+                    target: label.clone(),
+                    direction: direction.to_owned(),
+                    result: (*reason).to_owned(),
+                })
+                .inc_by(*pages);
+            metrics
+                .migration_failures
+                .get_or_create(&Reason {
+                    reason: (*reason).to_owned(),
+                })
+                .inc_by(*pages);
+        }
+        for (reason, count) in &report.split_fallbacks {
+            metrics
+                .migration_failures
+                .get_or_create(&Reason {
+                    reason: format!("split_{reason}"),
+                })
+                .inc_by(*count);
+        }
+        Ok(report)
+    }
+}
+
+/// Handle the main loop keeps for a running target task. Dropping both senders ends it.
+#[derive(Debug)]
+pub struct TargetHandle {
+    /// Sample batches, handed to the ingest router.
+    pub samples: mpsc::Sender<Vec<AccessSample>>,
+    /// DAMON observations, from the main loop's DAMON dispatcher.
+    pub damon: mpsc::Sender<Vec<DamonObservation>>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the target and starts its task. `origin` is the agent's clock origin.
+pub fn spawn(
+    spec: TargetSpec,
+    queue: usize,
+    origin: Instant,
+    metrics: Metrics,
+    status: Arc<RwLock<AgentStatus>>,
+) -> Result<TargetHandle, String> {
+    let target = Target::open(spec.pid).map_err(|e| e.to_string())?;
+    let engine = Engine::new(spec.engine.clone()).map_err(|e| e.to_string())?;
+    let executor = Executor::new(spec.exec.clone());
+    metrics.register_target(&spec.label);
+    let (samples, samples_rx) = mpsc::channel(queue.max(1));
+    let (damon, damon_rx) = mpsc::channel(queue.max(1));
+    let state = State {
+        status: TargetStatus {
+            target: spec.label.clone(),
+            pid: spec.pid,
+            ..TargetStatus::default()
+        },
+        spec,
+        target,
+        engine,
+        executor,
+    };
+    let task = tokio::spawn(run(state, samples_rx, damon_rx, origin, metrics, status));
+    Ok(TargetHandle {
+        samples,
+        damon,
+        task,
+    })
+}
+
+fn publish(status: &RwLock<AgentStatus>, target: &TargetStatus) {
+    let mut agent = match status.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    match agent.targets.iter_mut().find(|t| t.pid == target.pid) {
+        Some(row) => *row = target.clone(),
+        None => {
+            agent.targets.push(target.clone());
+            agent.targets.sort_by(|a, b| a.target.cmp(&b.target));
+        }
+    }
+}
+
+fn unpublish(status: &RwLock<AgentStatus>, pid: u32) {
+    let mut agent = match status.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    agent.targets.retain(|t| t.pid != pid);
+}
+
+async fn run(
+    mut state: State,
+    mut samples_rx: mpsc::Receiver<Vec<AccessSample>>,
+    mut damon_rx: mpsc::Receiver<Vec<DamonObservation>>,
+    origin: Instant,
+    metrics: Metrics,
+    status: Arc<RwLock<AgentStatus>>,
+) {
+    let pid = state.spec.pid;
+    let mut input = EpochInput::default();
+    let mut samples: Vec<Sample> = Vec::with_capacity(1024);
+    publish(&status, &state.status);
+    // The first plan comes one epoch after the target was found, not after agent start.
+    let first_plan = origin.elapsed() + state.engine.epoch();
+    // An epoch step that fails before planning must still wait an epoch before the next try.
+    let mut last_step: Option<Duration> = None;
+    loop {
+        let due = state.engine.next_plan_at().unwrap_or(first_plan);
+        let due = last_step.map_or(due, |last| due.max(last + state.engine.epoch()));
+        let next_plan = origin + due;
+        tokio::select! {
+            batch = samples_rx.recv() => {
+                let Some(batch) = batch else {
+                    tracing::debug!(pid, "sample channel closed");
+                    break;
+                };
+                samples.clear();
+                samples.extend(batch.iter().map(to_engine_sample));
+                state.engine.observe_samples(&samples, origin.elapsed());
+                state.status.samples += batch.len() as u64;
+                let room = MAX_SAMPLED_PAGES.saturating_sub(input.pages.len());
+                input.pages.extend(batch.iter().take(room).map(|s| s.addr));
+            }
+            regions = damon_rx.recv() => {
+                let Some(regions) = regions else {
+                    tracing::debug!(pid, "DAMON channel closed");
+                    break;
+                };
+                // The latest report of each region stands for the epoch.
+                for region in &regions {
+                    if input.regions.len() < MAX_SAMPLED_PAGES || input.regions.contains_key(&region.start) {
+                        input.regions.insert(region.start, *region);
+                    }
+                }
+                state.status.samples += regions.len() as u64;
+                state.engine.observe_damon(&regions, origin.elapsed());
+            }
+            () = tokio::time::sleep_until(next_plan.into()) => {
+                let now = origin.elapsed();
+                last_step = Some(now);
+                state.engine.tick(now);
+                let epoch_input = std::mem::take(&mut input);
+                let step_metrics = metrics.clone();
+                let joined = tokio::task::spawn_blocking(move || {
+                    let outcome = state.epoch(now, &epoch_input, &step_metrics);
+                    (state, outcome, epoch_input)
+                })
+                .await;
+                let Ok((returned, outcome, mut reused)) = joined else {
+                    tracing::error!(pid, "epoch step panicked; dropping the target");
+                    unpublish(&status, pid);
+                    return;
+                };
+                state = returned;
+                reused.pages.clear();
+                reused.regions.clear();
+                input = reused;
+                publish(&status, &state.status);
+                if matches!(outcome, Epoch::Exited) {
+                    tracing::info!(pid, target = %state.spec.label, "target exited");
+                    break;
+                }
+            }
+        }
+    }
+    unpublish(&status, pid);
+    // Gauges of a gone process would otherwise report its last values forever; counters stay
+    // (their totals remain true).
+    metrics.forget_target(&state.spec.label);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hot_set_is_the_smallest_hottest_cover() {
+        // Page 0x1000 sampled 6 times, 0x2000 3 times, 0x3000 once: 70 % of 10 is 7 samples,
+        // which the two hottest pages cover.
+        let mut sampled = vec![0x1000; 6];
+        sampled.extend([0x2008; 3]);
+        sampled.push(0x3010);
+        assert_eq!(sampled_hot_set(&sampled, 0.7), [0x1000, 0x2000]);
+        assert_eq!(sampled_hot_set(&sampled, 0.5), [0x1000]);
+        assert_eq!(sampled_hot_set(&sampled, 1.0).len(), 3);
+        assert!(sampled_hot_set(&[], 0.7).is_empty());
+    }
+
+    fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
+        use crate::sys::mempolicy::PageStatus;
+        let mut placement = TierPlacement::new(vec![0]);
+        for (ranges, node) in [(fast, 0), (slow, 1)] {
+            for &(start, pages) in ranges {
+                placement.insert(
+                    start,
+                    vec![PageStatus::Node(node); usize::try_from(pages).unwrap()],
+                );
+            }
+        }
+        placement
+    }
+
+    #[test]
+    fn damon_regions_split_accesses_and_hot_bytes_by_tier() {
+        // A hot 64-page region on the fast node, a cold 512-page region on the slow node.
+        let placement = placement(&[(0x10_0000, 64)], &[(0x20_0000, 512)]);
+        let regions = [
+            DamonObservation {
+                start: 0x10_0000,
+                end: 0x10_0000 + 64 * PAGE,
+                nr_accesses: 10,
+                max_nr_accesses: 20,
+                age: 1,
+            },
+            DamonObservation {
+                start: 0x20_0000,
+                end: 0x20_0000 + 512 * PAGE,
+                nr_accesses: 0,
+                max_nr_accesses: 20,
+                age: 9,
+            },
+        ];
+        let view = damon_view(regions.iter(), &placement, 0.7);
+        assert_eq!(view.fast_accesses, 640);
+        assert_eq!(view.slow_accesses, 0);
+        assert_eq!(
+            view.hot_fast_bytes,
+            64 * PAGE,
+            "only the accessed region is hot"
+        );
+        assert_eq!(view.hot_slow_bytes, 0);
+    }
+
+    #[test]
+    fn sampled_pages_count_by_tier() {
+        let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
+        let view = sample_view(&[0x1000, 0x1008, 0x2000, 0x9000], &placement, 1.0);
+        assert_eq!((view.fast_accesses, view.slow_accesses), (2, 1));
+        assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (PAGE, PAGE));
+    }
+
+    #[test]
+    fn a_sample_weighs_its_period() {
+        let sample = AccessSample {
+            addr: 0x7000,
+            weight: 4,
+            pid: 1,
+            tid: 1,
+            cpu: 0,
+            kind: AccessKind::Store as u8,
+            source: 0,
+            _pad: [0; 2],
+        };
+        let engine_sample = to_engine_sample(&sample);
+        assert_eq!(engine_sample.weight, 4);
+        assert_eq!(engine_sample.kind, AccessKind::Store);
+    }
+}

@@ -1,0 +1,529 @@
+//! Prometheus metrics. One registry built at start-up; every family is documented in
+//! docs/metrics.md (a test keeps the two in step). Labels never carry addresses, and carry a
+//! process id only inside the `target` label, whose number is bounded by `targets.max_targets`.
+
+use std::sync::atomic::AtomicU64;
+
+use prometheus_client::{
+    collector::Collector,
+    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _},
+    metrics::{
+        MetricType, counter::ConstCounter, counter::Counter, family::Family, gauge::ConstGauge,
+        gauge::Gauge,
+    },
+    registry::Registry,
+};
+
+/// `{target}`
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetLabel {
+    pub target: String,
+}
+
+/// `{target, tier}` with tier `fast` or `slow`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetTier {
+    pub target: String,
+    pub tier: String,
+}
+
+/// `{target, direction}` with direction `promote` or `demote`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetDirection {
+    pub target: String,
+    pub direction: String,
+}
+
+/// `{target, direction, granularity}` with granularity `4k`, `64k` or `2m`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Migrated {
+    pub target: String,
+    pub direction: String,
+    pub granularity: String,
+}
+
+/// `{target, direction, result}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PageResult {
+    pub target: String,
+    pub direction: String,
+    pub result: String,
+}
+
+/// `{reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct Reason {
+    pub reason: String,
+}
+
+/// `{source}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabel {
+    pub source: String,
+}
+
+/// `{source, reason}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceReason {
+    pub source: String,
+    pub reason: String,
+}
+
+/// `{node, tier}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeTier {
+    pub node: String,
+    pub tier: String,
+}
+
+/// `{program}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ProgramLabel {
+    pub program: String,
+}
+
+/// `{version}`.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabel {
+    version: String,
+}
+
+type GaugeF64 = Gauge<f64, AtomicU64>;
+type CounterF64 = Counter<f64, AtomicU64>;
+
+/// Every metric the agent exports. Cheap to clone (each family is an `Arc` inside).
+#[derive(Clone, Debug, Default)]
+pub struct Metrics {
+    pub fast_tier_hit_ratio: Family<TargetLabel, GaugeF64>,
+    pub accesses_sampled: Family<TargetTier, Counter>,
+    pub samples: Family<SourceLabel, Counter>,
+    pub samples_dropped: Family<SourceReason, Counter>,
+    pub migrated_bytes: Family<Migrated, Counter>,
+    pub migration_pages: Family<PageResult, Counter>,
+    pub migration_failures: Family<Reason, Counter>,
+    pub would_migrate_bytes: Family<TargetDirection, Counter>,
+    pub epoch_seconds: Family<TargetLabel, GaugeF64>,
+    pub granularity_bytes: Family<TargetLabel, Gauge>,
+    pub hot_bytes: Family<TargetTier, Gauge>,
+    pub managed_bytes: Family<TargetTier, Gauge>,
+    pub tier_capacity_bytes: Family<NodeTier, Gauge>,
+    pub tier_free_bytes: Family<NodeTier, Gauge>,
+    pub engine_memory_bytes: Gauge,
+    pub bpf_run_seconds: Family<ProgramLabel, CounterF64>,
+    build_info: Family<VersionLabel, Gauge>,
+}
+
+impl Metrics {
+    /// Builds the families and registers them (plus process CPU and memory) in a new registry.
+    #[must_use]
+    pub fn new() -> (Self, Registry) {
+        let metrics = Self::default();
+        let mut root = Registry::default();
+        let registry = root.sub_registry_with_prefix("memtide");
+        let m = &metrics;
+        registry.register(
+            "fast_tier_hit_ratio",
+            "Share of sampled accesses of the target whose page was on a fast-tier node, over the last epoch",
+            m.fast_tier_hit_ratio.clone(),
+        );
+        registry.register(
+            "accesses_sampled",
+            "Sampled accesses of the target by the tier their page was on",
+            m.accesses_sampled.clone(),
+        );
+        registry.register(
+            "samples",
+            "Samples delivered by the hotness source",
+            m.samples.clone(),
+        );
+        registry.register(
+            "samples_dropped",
+            "Samples lost before reaching an engine, by reason (ring_full, not_target, no_address, channel_full, unrouted)",
+            m.samples_dropped.clone(),
+        );
+        registry.register(
+            "migrated_bytes",
+            "Bytes moved between tiers, by direction and granularity",
+            m.migrated_bytes.clone(),
+        );
+        registry.register(
+            "migration_pages",
+            "Pages the executor tried to move, by direction and result (moved, or the failure reason)",
+            m.migration_pages.clone(),
+        );
+        registry.register(
+            "migration_failures",
+            "Pages that could not be moved, by reason (ebusy, enomem, efault, enoent, eacces, target_exited, ...)",
+            m.migration_failures.clone(),
+        );
+        registry.register(
+            "would_migrate_bytes",
+            "Bytes the plan would have moved in observe mode, by direction",
+            m.would_migrate_bytes.clone(),
+        );
+        registry.register(
+            "epoch_seconds",
+            "Current migration epoch of the target",
+            m.epoch_seconds.clone(),
+        );
+        registry.register(
+            "granularity_bytes",
+            "Current migration granularity of the target",
+            m.granularity_bytes.clone(),
+        );
+        registry.register(
+            "hot_bytes",
+            "Bytes of the target's hot set, by the tier they are on",
+            m.hot_bytes.clone(),
+        );
+        registry.register(
+            "managed_bytes",
+            "Resident bytes of the target memtide manages, by tier",
+            m.managed_bytes.clone(),
+        );
+        registry.register(
+            "tier_capacity_bytes",
+            "Memory of each NUMA node, with its tier",
+            m.tier_capacity_bytes.clone(),
+        );
+        registry.register(
+            "tier_free_bytes",
+            "Free memory of each NUMA node, with its tier",
+            m.tier_free_bytes.clone(),
+        );
+        registry.register(
+            "engine_memory_bytes",
+            "Memory held by the hotness engines of all targets",
+            m.engine_memory_bytes.clone(),
+        );
+        registry.register(
+            "bpf_run_seconds",
+            "Kernel time spent in memtide's BPF programs",
+            m.bpf_run_seconds.clone(),
+        );
+        registry.register("build_info", "memtide's version", m.build_info.clone());
+        m.build_info
+            .get_or_create(&VersionLabel {
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+            })
+            .set(1);
+        // Failure reasons exist from the start at 0, so rates and dashboards see a series
+        // before the first failure.
+        for reason in [
+            "ebusy", "enomem", "efault", "enoent", "eacces", "eagain", "eio", "einval",
+        ] {
+            m.migration_failures
+                .get_or_create(&Reason {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(0);
+        }
+        // Process metrics carry no prefix: the names every exporter uses.
+        root.register_collector(Box::new(ProcessCollector));
+        (metrics, root)
+    }
+}
+
+/// `process_cpu_seconds_total` and `process_resident_memory_bytes`, read at scrape time.
+#[derive(Debug)]
+struct ProcessCollector;
+
+/// User + system CPU seconds and resident bytes of this process, from /proc/self/stat.
+fn process_usage() -> Option<(f64, u64)> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let fields: Vec<&str> = stat
+        .get(stat.rfind(')')? + 2..)?
+        .split_whitespace()
+        .collect();
+    // After the comm: field 14 utime, 15 stime, 24 rss (pages), counted from 3.
+    let utime: u64 = fields.get(11)?.parse().ok()?;
+    let stime: u64 = fields.get(12)?.parse().ok()?;
+    let rss_pages: u64 = fields.get(21)?.parse().ok()?;
+    // USER_HZ is 100 on every Linux architecture memtide runs on; pages are 4 KiB there.
+    #[expect(clippy::cast_precision_loss, reason = "CPU ticks stay far below 2^52")]
+    let cpu = (utime + stime) as f64 / 100.0;
+    Some((cpu, rss_pages * 4096))
+}
+
+impl Collector for ProcessCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
+        let Some((cpu, rss)) = process_usage() else {
+            return Ok(());
+        };
+        let counter = ConstCounter::new(cpu);
+        let metric = encoder.encode_descriptor(
+            "process_cpu_seconds",
+            "Total user and system CPU time spent by the agent",
+            None,
+            MetricType::Counter,
+        )?;
+        counter.encode(metric)?;
+        let gauge = ConstGauge::new(i64::try_from(rss).unwrap_or(i64::MAX));
+        let metric = encoder.encode_descriptor(
+            "process_resident_memory_bytes",
+            "Resident memory of the agent",
+            None,
+            MetricType::Gauge,
+        )?;
+        gauge.encode(metric)
+    }
+}
+
+/// The registry as OpenMetrics text.
+pub fn encode(registry: &Registry) -> String {
+    let mut text = String::new();
+    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, registry) {
+        tracing::error!(%error, "encoding metrics");
+    }
+    text
+}
+
+/// Content type of [`encode`]'s output.
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Content type of [`to_prometheus_text`]'s output.
+pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Rewrites OpenMetrics text as the classic Prometheus text format (0.0.4), for scrapers and
+/// linters that do not negotiate OpenMetrics (`promtool check metrics`, older agents): a
+/// counter family's HELP and TYPE name its `_total` samples, and `# UNIT` / `# EOF` go.
+#[must_use]
+pub fn to_prometheus_text(openmetrics: &str) -> String {
+    let lines: Vec<&str> = openmetrics.lines().collect();
+    let mut counters = std::collections::HashSet::new();
+    for line in &lines {
+        if let Some(rest) = line.strip_prefix("# TYPE ")
+            && let Some(name) = rest.strip_suffix(" counter")
+        {
+            counters.insert(name.to_owned());
+        }
+    }
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in lines {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
+            let rest = line.strip_prefix(prefix)?;
+            let (name, tail) = rest.split_once(' ')?;
+            counters
+                .contains(name)
+                .then(|| format!("{prefix}{name}_total {tail}"))
+        });
+        match rewritten {
+            Some(line) => out.push_str(&line),
+            None => out.push_str(line),
+        }
+        out.push('\n');
+    }
+    out
+}
+
+impl Metrics {
+    /// Creates a new target's migration series at 0, so a target that has not moved anything
+    /// yet (observe mode, one tier) still shows up as "0 bytes" rather than "no data".
+    pub fn register_target(&self, target: &str) {
+        for direction in ["promote", "demote"] {
+            for granularity in ["4k", "64k", "2m"] {
+                self.migrated_bytes
+                    .get_or_create(&Migrated {
+                        target: target.to_owned(),
+                        direction: direction.to_owned(),
+                        granularity: granularity.to_owned(),
+                    })
+                    .inc_by(0);
+            }
+            self.migration_pages
+                .get_or_create(&PageResult {
+                    target: target.to_owned(),
+                    direction: direction.to_owned(),
+                    result: "moved".to_owned(),
+                })
+                .inc_by(0);
+            self.would_migrate_bytes
+                .get_or_create(&TargetDirection {
+                    target: target.to_owned(),
+                    direction: direction.to_owned(),
+                })
+                .inc_by(0);
+        }
+    }
+
+    /// Drops a gone target's series, so label sets do not accumulate over the agent's life.
+    pub fn forget_target(&self, target: &str) {
+        let target = target.to_owned();
+        let tiers = ["fast", "slow"];
+        self.fast_tier_hit_ratio.remove(&TargetLabel {
+            target: target.clone(),
+        });
+        self.epoch_seconds.remove(&TargetLabel {
+            target: target.clone(),
+        });
+        self.granularity_bytes.remove(&TargetLabel {
+            target: target.clone(),
+        });
+        for tier in tiers {
+            let labels = TargetTier {
+                target: target.clone(),
+                tier: tier.to_owned(),
+            };
+            self.hot_bytes.remove(&labels);
+            self.managed_bytes.remove(&labels);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The metric names fixed by the daemon issue; dashboards and alerts use them.
+    pub(crate) const CONTRACT: [&str; 19] = [
+        "memtide_fast_tier_hit_ratio",
+        "memtide_accesses_sampled_total",
+        "memtide_samples_total",
+        "memtide_samples_dropped_total",
+        "memtide_migrated_bytes_total",
+        "memtide_migration_pages_total",
+        "memtide_migration_failures_total",
+        "memtide_would_migrate_bytes_total",
+        "memtide_epoch_seconds",
+        "memtide_granularity_bytes",
+        "memtide_hot_bytes",
+        "memtide_managed_bytes",
+        "memtide_tier_capacity_bytes",
+        "memtide_tier_free_bytes",
+        "memtide_engine_memory_bytes",
+        "memtide_bpf_run_seconds_total",
+        "memtide_build_info",
+        "process_cpu_seconds_total",
+        "process_resident_memory_bytes",
+    ];
+
+    fn populated() -> (Metrics, Registry) {
+        let (m, registry) = Metrics::new();
+        let target = || "pid:1/test".to_owned();
+        m.fast_tier_hit_ratio
+            .get_or_create(&TargetLabel { target: target() })
+            .set(0.5);
+        m.accesses_sampled
+            .get_or_create(&TargetTier {
+                target: target(),
+                tier: "fast".into(),
+            })
+            .inc();
+        m.samples
+            .get_or_create(&SourceLabel {
+                source: "swfault".into(),
+            })
+            .inc();
+        m.samples_dropped
+            .get_or_create(&SourceReason {
+                source: "swfault".into(),
+                reason: "ring_full".into(),
+            })
+            .inc();
+        m.migrated_bytes
+            .get_or_create(&Migrated {
+                target: target(),
+                direction: "promote".into(),
+                granularity: "4k".into(),
+            })
+            .inc_by(4096);
+        m.migration_pages
+            .get_or_create(&PageResult {
+                target: target(),
+                direction: "promote".into(),
+                result: "moved".into(),
+            })
+            .inc();
+        m.migration_failures
+            .get_or_create(&Reason {
+                reason: "ebusy".into(),
+            })
+            .inc();
+        m.would_migrate_bytes
+            .get_or_create(&TargetDirection {
+                target: target(),
+                direction: "demote".into(),
+            })
+            .inc();
+        m.epoch_seconds
+            .get_or_create(&TargetLabel { target: target() })
+            .set(1.0);
+        m.granularity_bytes
+            .get_or_create(&TargetLabel { target: target() })
+            .set(4096);
+        for family in [&m.hot_bytes, &m.managed_bytes] {
+            family
+                .get_or_create(&TargetTier {
+                    target: target(),
+                    tier: "slow".into(),
+                })
+                .set(1);
+        }
+        for family in [&m.tier_capacity_bytes, &m.tier_free_bytes] {
+            family
+                .get_or_create(&NodeTier {
+                    node: "0".into(),
+                    tier: "fast".into(),
+                })
+                .set(1);
+        }
+        m.bpf_run_seconds
+            .get_or_create(&ProgramLabel {
+                program: "on_sample_any".into(),
+            })
+            .inc_by(0.5);
+        (m, registry)
+    }
+
+    #[test]
+    fn every_contract_metric_is_exported_under_its_exact_name() {
+        let (_m, registry) = populated();
+        let text = encode(&registry);
+        for name in CONTRACT {
+            assert!(
+                text.lines()
+                    .any(|line| line.starts_with(&format!("{name}{{"))
+                        || line.starts_with(&format!("{name} "))),
+                "{name} missing from:\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"));
+    }
+
+    #[test]
+    fn prometheus_text_names_counter_families_by_their_samples() {
+        let (_m, registry) = populated();
+        let text = to_prometheus_text(&encode(&registry));
+        assert!(
+            text.contains("# TYPE memtide_migrated_bytes_total counter\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# HELP memtide_migrated_bytes_total Bytes moved"),
+            "{text}"
+        );
+        assert!(
+            text.contains("# TYPE memtide_epoch_seconds gauge\n"),
+            "{text}"
+        );
+        assert!(!text.contains("# EOF"));
+        assert!(text.contains("memtide_migrated_bytes_total{"), "{text}");
+    }
+
+    #[test]
+    fn every_metric_is_documented_in_docs_metrics_md() {
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/metrics.md"),
+        )
+        .expect("docs/metrics.md");
+        for name in CONTRACT {
+            assert!(
+                docs.contains(&format!("`{name}`")),
+                "{name} is not in docs/metrics.md"
+            );
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! Which node each page of a target is on: batched move_pages queries (no `nodes` argument, so
+//! nothing moves). This is the placement view the engine, the planner and the hit-ratio metric
+//! read, and what the executor re-queries to verify its moves.
+
+use std::collections::BTreeMap;
+
+use super::{Target, TargetError};
+use crate::sys::mempolicy::{self, PageError, PageStatus, Pid};
+
+/// Base page size move_pages works in.
+pub const PAGE: u64 = 4096;
+/// Pages per move_pages query call: large enough that the system call cost is amortised,
+/// small enough to keep the kernel's per-call work (and our status vectors) modest.
+pub const QUERY_BATCH: usize = 1024;
+
+/// Queries the node of each 4 KiB page in `[start, start + len)` of `target`, `batch` pages per
+/// call. `start` is rounded down and the end up to whole pages.
+pub fn query_range(
+    target: &Target,
+    start: u64,
+    len: u64,
+    batch: usize,
+) -> Result<Vec<PageStatus>, TargetError> {
+    let first = start & !(PAGE - 1);
+    let end = (start + len).div_ceil(PAGE) * PAGE;
+    let pages: Vec<usize> = (first..end)
+        .step_by(PAGE as usize)
+        .map(|a| usize::try_from(a).unwrap_or(usize::MAX))
+        .collect();
+    query_pages(target, &pages, batch)
+}
+
+/// Queries the node of each page in `pages` (page-aligned addresses), `batch` per call.
+pub fn query_pages(
+    target: &Target,
+    pages: &[usize],
+    batch: usize,
+) -> Result<Vec<PageStatus>, TargetError> {
+    let mut out = Vec::with_capacity(pages.len());
+    let mut status = Vec::new();
+    for chunk in pages.chunks(batch.max(1)) {
+        target.with_pid(|pid| {
+            mempolicy::query_pages(Pid::Other(pid), chunk, &mut status)
+                .map_err(|e| TargetError::syscall(pid, "move_pages(query)", e))
+        })?;
+        out.extend_from_slice(&status);
+    }
+    Ok(out)
+}
+
+/// Pages per node (and per error) in a list of statuses.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NodeCounts {
+    pub per_node: BTreeMap<u32, u64>,
+    pub per_error: BTreeMap<PageError, u64>,
+}
+
+impl NodeCounts {
+    #[must_use]
+    pub fn of(statuses: &[PageStatus]) -> Self {
+        let mut counts = Self::default();
+        for status in statuses {
+            match *status {
+                PageStatus::Node(n) => *counts.per_node.entry(n).or_insert(0) += 1,
+                PageStatus::Error(e) => *counts.per_error.entry(e).or_insert(0) += 1,
+            }
+        }
+        counts
+    }
+
+    #[must_use]
+    pub fn on(&self, node: u32) -> u64 {
+        self.per_node.get(&node).copied().unwrap_or(0)
+    }
+
+    #[must_use]
+    pub fn resident(&self) -> u64 {
+        self.per_node.values().sum()
+    }
+}
+
+/// A snapshot of where a target's pages are, by tier: the planner's `PlacementView`
+/// (implemented in `exec::plan`). Built from move_pages queries of the ranges the caller cares
+/// about (mapped, migratable).
+#[derive(Clone, Debug, Default)]
+pub struct TierPlacement {
+    /// Non-overlapping ranges by start: one status per 4 KiB page.
+    ranges: BTreeMap<u64, Vec<PageStatus>>,
+    fast_nodes: Vec<u32>,
+}
+
+impl TierPlacement {
+    /// An empty view; nodes in `fast_nodes` count as fast, every other node as slow.
+    #[must_use]
+    pub fn new(fast_nodes: Vec<u32>) -> Self {
+        Self {
+            ranges: BTreeMap::new(),
+            fast_nodes,
+        }
+    }
+
+    /// Adds the statuses of the pages from `start` (page-aligned) on.
+    pub fn insert(&mut self, start: u64, statuses: Vec<PageStatus>) {
+        self.ranges.insert(start, statuses);
+    }
+
+    /// Queries `[start, start + len)` of `target` and adds it.
+    pub fn query(&mut self, target: &Target, start: u64, len: u64) -> Result<(), TargetError> {
+        let statuses = query_range(target, start, len, QUERY_BATCH)?;
+        self.insert(start & !(PAGE - 1), statuses);
+        Ok(())
+    }
+
+    fn status(&self, page: u64) -> Option<PageStatus> {
+        let (&start, statuses) = self.ranges.range(..=page).next_back()?;
+        let index = usize::try_from((page - start) / PAGE).ok()?;
+        statuses.get(index).copied()
+    }
+
+    /// The node of the page at `page`, if known and resident.
+    #[must_use]
+    pub fn node_of(&self, page: u64) -> Option<u32> {
+        self.status(page).and_then(PageStatus::node)
+    }
+
+    /// Whether the page at `page` is in the fast tier; `None` when not resident or not queried.
+    #[must_use]
+    pub fn is_fast(&self, page: u64) -> Option<bool> {
+        self.node_of(page)
+            .map(|node| self.fast_nodes.contains(&node))
+    }
+
+    /// Calls `visit(start, len)` for each run of fast-resident pages, in address order.
+    pub fn for_each_fast_run(&self, visit: &mut dyn FnMut(u64, u64)) {
+        for (&start, statuses) in &self.ranges {
+            let mut run: Option<u64> = None;
+            for (i, status) in statuses.iter().enumerate() {
+                let addr = start + i as u64 * PAGE;
+                let fast = status.node().is_some_and(|n| self.fast_nodes.contains(&n));
+                match (fast, run) {
+                    (true, None) => run = Some(addr),
+                    (false, Some(s)) => {
+                        visit(s, addr - s);
+                        run = None;
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(s) = run {
+                visit(s, start + statuses.len() as u64 * PAGE - s);
+            }
+        }
+    }
+
+    /// Pages per node over everything queried.
+    #[must_use]
+    pub fn counts(&self) -> NodeCounts {
+        let mut counts = NodeCounts::default();
+        for statuses in self.ranges.values() {
+            let c = NodeCounts::of(statuses);
+            for (n, v) in c.per_node {
+                *counts.per_node.entry(n).or_insert(0) += v;
+            }
+            for (e, v) in c.per_error {
+                *counts.per_error.entry(e).or_insert(0) += v;
+            }
+        }
+        counts
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tier_view_and_fast_ranges() {
+        let mut view = TierPlacement::new(vec![0]);
+        let n = PageStatus::Node;
+        let missing = PageStatus::Error(PageError::NotPresent);
+        view.insert(0x10000, vec![n(0), n(0), n(1), missing, n(0)]);
+        view.insert(0x40000, vec![n(1), n(0)]);
+        assert_eq!(view.is_fast(0x10000), Some(true));
+        assert_eq!(view.is_fast(0x12000), Some(false));
+        assert_eq!(view.is_fast(0x13000), None);
+        assert_eq!(view.is_fast(0x15000), None, "past the range");
+        assert_eq!(view.is_fast(0x0), None, "before any range");
+        assert_eq!(view.node_of(0x12000), Some(1));
+        let mut fast = Vec::new();
+        view.for_each_fast_run(&mut |s, l| fast.push((s, l)));
+        assert_eq!(
+            fast,
+            vec![(0x10000, 0x2000), (0x14000, 0x1000), (0x41000, 0x1000)]
+        );
+        let counts = view.counts();
+        assert_eq!((counts.on(0), counts.on(1), counts.resident()), (4, 2, 6));
+        assert_eq!(counts.per_error[&PageError::NotPresent], 1);
+    }
+}

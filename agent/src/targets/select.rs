@@ -1,0 +1,615 @@
+//! Which processes are targets: by pid, cgroup v2 path, process name pattern or Kubernetes pod,
+//! minus an exclude list, and never memtide itself or a kernel thread.
+//!
+//! Selection is re-evaluated on every [`TargetSet::refresh`], so members of a cgroup or pod are
+//! followed as they come and go. Everything is read through a [`HostRoot`] (`/proc`,
+//! `/sys/fs/cgroup`), so selection is tested against fixture trees.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use super::{ProcStat, Target, TargetError};
+use crate::sysfs::{self, HostRoot, SysfsError};
+
+const CGROUP_ROOT: &str = "sys/fs/cgroup";
+
+/// A shell-style pattern over a process name: `*` any run, `?` one character.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct NamePattern(pub String);
+
+impl NamePattern {
+    /// Whether `name` matches the whole pattern.
+    #[must_use]
+    pub fn matches(&self, name: &str) -> bool {
+        glob(self.0.as_bytes(), name.as_bytes())
+    }
+}
+
+fn glob(pattern: &[u8], text: &[u8]) -> bool {
+    // Iterative matcher with one backtrack point (the last `*`): linear in practice.
+    let (mut p, mut t) = (0, 0);
+    let mut star: Option<(usize, usize)> = None;
+    while t < text.len() {
+        match pattern.get(p) {
+            Some(b'*') => {
+                star = Some((p, t));
+                p += 1;
+            }
+            Some(&c) if c == b'?' || c == text[t] => {
+                p += 1;
+                t += 1;
+            }
+            _ => match star {
+                Some((sp, st)) => {
+                    p = sp + 1;
+                    t = st + 1;
+                    star = Some((sp, st + 1));
+                }
+                None => return false,
+            },
+        }
+    }
+    pattern[p.min(pattern.len())..].iter().all(|&c| c == b'*')
+}
+
+/// One way of naming targets.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Selector {
+    Pid(u32),
+    /// A cgroup v2 path relative to the cgroup root (`/sys/fs/cgroup`), e.g.
+    /// `system.slice/redis.service`; members of its descendants count too.
+    Cgroup(PathBuf),
+    /// Matched against the command name (`comm`) and the basename of `argv[0]`.
+    Name(NamePattern),
+    /// A Kubernetes pod UID; resolved to its cgroup under `kubepods`.
+    Pod(String),
+}
+
+/// Processes never to manage, whatever the selectors say.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Exclude {
+    pub pids: Vec<u32>,
+    pub names: Vec<NamePattern>,
+    /// cgroup v2 paths (relative to the cgroup root); their descendants are excluded too.
+    pub cgroups: Vec<PathBuf>,
+}
+
+/// Selectors plus exclusions.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Selection {
+    pub include: Vec<Selector>,
+    #[serde(default)]
+    pub exclude: Exclude,
+}
+
+/// What selection knows about one candidate process.
+#[derive(Clone, Debug)]
+struct Candidate {
+    stat: ProcStat,
+    argv0: Option<String>,
+    /// cgroup v2 path relative to the root, from `0::/path`.
+    cgroup: Option<PathBuf>,
+}
+
+fn read_candidate(root: &HostRoot, pid: u32) -> Result<Candidate, TargetError> {
+    let stat = ProcStat::read(root, pid)?;
+    let cmdline = std::fs::read(root.path(format!("proc/{pid}/cmdline"))).unwrap_or_default();
+    let argv0 = cmdline
+        .split(|&b| b == 0)
+        .next()
+        .filter(|a| !a.is_empty())
+        .map(|a| {
+            let a = String::from_utf8_lossy(a);
+            a.rsplit('/').next().unwrap_or(&a).to_owned()
+        });
+    let cgroup = sysfs::read_optional(&root.path(format!("proc/{pid}/cgroup")))
+        .ok()
+        .flatten()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|p| PathBuf::from(p.trim_start_matches('/')))
+        });
+    Ok(Candidate {
+        stat,
+        argv0,
+        cgroup,
+    })
+}
+
+impl Candidate {
+    fn name_matches(&self, pattern: &NamePattern) -> bool {
+        pattern.matches(&self.stat.comm)
+            || self.argv0.as_deref().is_some_and(|a| pattern.matches(a))
+    }
+
+    fn in_cgroup(&self, cgroup: &Path) -> bool {
+        self.cgroup
+            .as_deref()
+            .is_some_and(|c| c.starts_with(cgroup))
+    }
+}
+
+/// The pids under `/proc`, ascending.
+fn all_pids(root: &HostRoot) -> Result<Vec<u32>, SysfsError> {
+    Ok(sysfs::dir_names(&root.path("proc"))?
+        .unwrap_or_default()
+        .iter()
+        .filter_map(|n| n.parse().ok())
+        .collect())
+}
+
+/// Pids in `cgroup.procs` of `dir` and every cgroup below it.
+fn cgroup_pids(dir: &Path, out: &mut BTreeSet<u32>) -> Result<(), SysfsError> {
+    if let Some(text) = sysfs::read_optional(&dir.join("cgroup.procs"))? {
+        for line in text.lines() {
+            let pid = line
+                .trim()
+                .parse()
+                .map_err(|_| SysfsError::parse(&dir.join("cgroup.procs"), line, "a pid"))?;
+            out.insert(pid);
+        }
+    }
+    for name in sysfs::dir_names(dir)?.unwrap_or_default() {
+        let child = dir.join(&name);
+        if child.is_dir() {
+            cgroup_pids(&child, out)?;
+        }
+    }
+    Ok(())
+}
+
+/// The cgroup (relative to the cgroup root) of the pod with UID `uid`. The kubelet names it
+/// `pod<UID>` with the cgroupfs driver (`kubepods/burstable/pod<UID>`) and
+/// `kubepods-<qos>-pod<UID with _ for ->.slice` with the systemd driver
+/// (`kubepods.slice/kubepods-burstable.slice/...`). Guaranteed pods sit directly under kubepods.
+pub fn pod_cgroup(root: &HostRoot, uid: &str) -> Result<PathBuf, TargetError> {
+    let cgroot = root.path(CGROUP_ROOT);
+    let plain = format!("pod{uid}");
+    let systemd = format!("pod{}.slice", uid.replace('-', "_"));
+    let matches = |name: &str| name == plain || name.ends_with(&systemd);
+    let mut stack = Vec::new();
+    for top in ["kubepods.slice", "kubepods"] {
+        let dir = cgroot.join(top);
+        if dir.is_dir() {
+            stack.push((dir, 0));
+        }
+    }
+    while let Some((dir, depth)) = stack.pop() {
+        let names = sysfs::dir_names(&dir)
+            .map_err(|e| TargetError::Selector {
+                path: e.path().to_path_buf(),
+                what: e.to_string(),
+            })?
+            .unwrap_or_default();
+        for name in names {
+            let child = dir.join(&name);
+            if !child.is_dir() {
+                continue;
+            }
+            if matches(&name) {
+                return Ok(child.strip_prefix(&cgroot).unwrap_or(&child).to_path_buf());
+            }
+            // kubepods / qos class (burstable, besteffort) / pod: at most one level between.
+            if depth < 1 {
+                stack.push((child, depth + 1));
+            }
+        }
+    }
+    Err(TargetError::Selector {
+        path: cgroot.join("kubepods"),
+        what: format!("no cgroup for pod {uid}"),
+    })
+}
+
+impl Selection {
+    /// The pids selected now, ascending. `self_pid` (memtide) and kernel threads are never
+    /// selected; processes that vanish while being read are skipped.
+    pub fn resolve(&self, root: &HostRoot, self_pid: u32) -> Result<BTreeSet<u32>, TargetError> {
+        let mut wanted = BTreeSet::new();
+        let mut by_name = Vec::new();
+        for selector in &self.include {
+            match selector {
+                Selector::Pid(pid) => {
+                    wanted.insert(*pid);
+                }
+                Selector::Cgroup(path) => {
+                    let dir = root.path(CGROUP_ROOT).join(path);
+                    if !dir.is_dir() {
+                        return Err(TargetError::Selector {
+                            path: dir,
+                            what: "no such cgroup".into(),
+                        });
+                    }
+                    cgroup_pids(&dir, &mut wanted).map_err(|e| TargetError::Selector {
+                        path: e.path().to_path_buf(),
+                        what: e.to_string(),
+                    })?;
+                }
+                Selector::Pod(uid) => {
+                    let dir = root.path(CGROUP_ROOT).join(pod_cgroup(root, uid)?);
+                    cgroup_pids(&dir, &mut wanted).map_err(|e| TargetError::Selector {
+                        path: e.path().to_path_buf(),
+                        what: e.to_string(),
+                    })?;
+                }
+                Selector::Name(pattern) => by_name.push(pattern),
+            }
+        }
+        if !by_name.is_empty() {
+            let pids = all_pids(root).map_err(|e| TargetError::Selector {
+                path: e.path().to_path_buf(),
+                what: e.to_string(),
+            })?;
+            for pid in pids {
+                if let Ok(c) = read_candidate(root, pid)
+                    && by_name.iter().any(|p| c.name_matches(p))
+                {
+                    wanted.insert(pid);
+                }
+            }
+        }
+        let mut out = BTreeSet::new();
+        for pid in wanted {
+            if pid == self_pid || self.exclude.pids.contains(&pid) {
+                continue;
+            }
+            let candidate = match read_candidate(root, pid) {
+                Ok(c) => c,
+                Err(e) if e.is_exited() => continue,
+                Err(e) => return Err(e),
+            };
+            if candidate.stat.is_kernel_thread()
+                || self.exclude.names.iter().any(|p| candidate.name_matches(p))
+                || self.exclude.cgroups.iter().any(|c| candidate.in_cgroup(c))
+            {
+                continue;
+            }
+            out.insert(pid);
+        }
+        Ok(out)
+    }
+}
+
+/// What a [`TargetSet::refresh`] changed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Changes {
+    pub added: Vec<u32>,
+    /// Exited, or no longer selected.
+    pub removed: Vec<u32>,
+}
+
+/// The live targets of a [`Selection`], each held through its pidfd.
+#[derive(Debug, Default)]
+pub struct TargetSet {
+    targets: BTreeMap<u32, Target>,
+}
+
+impl TargetSet {
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Re-resolves `selection` on this machine: opens new members, drops exited or deselected
+    /// ones. A member whose pid now names another process (its pidfd says exited) is dropped
+    /// and, if still selected, reopened as the new process.
+    pub fn refresh(&mut self, selection: &Selection) -> Result<Changes, TargetError> {
+        let root = HostRoot::default();
+        let selected = selection.resolve(&root, std::process::id())?;
+        let mut changes = Changes::default();
+        self.targets.retain(|pid, target| {
+            let keep = selected.contains(pid) && !target.exited().unwrap_or(true);
+            if !keep {
+                changes.removed.push(*pid);
+            }
+            keep
+        });
+        for pid in selected {
+            if self.targets.contains_key(&pid) {
+                continue;
+            }
+            match Target::open(pid) {
+                Ok(target) => {
+                    self.targets.insert(pid, target);
+                    changes.added.push(pid);
+                }
+                // Gone, or turned out to be a kernel thread: not a target, not an error.
+                Err(
+                    TargetError::Exited { .. }
+                    | TargetError::KernelThread { .. }
+                    | TargetError::IsSelf { .. },
+                ) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(changes)
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &Target> {
+        self.targets.values()
+    }
+
+    #[must_use]
+    pub fn get(&self, pid: u32) -> Option<&Target> {
+        self.targets.get(&pid)
+    }
+
+    #[must_use]
+    pub fn len(&self) -> usize {
+        self.targets.len()
+    }
+
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.targets.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::fs;
+
+    use super::*;
+
+    fn write(root: &Path, rel: &str, content: &str) {
+        let path = root.join(rel);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, content).unwrap();
+    }
+
+    fn process(
+        root: &Path,
+        pid: u32,
+        comm: &str,
+        ppid: u32,
+        flags: u64,
+        argv0: &str,
+        cgroup: &str,
+    ) {
+        write(
+            root,
+            &format!("proc/{pid}/stat"),
+            &format!("{pid} ({comm}) S {ppid} 1 1 0 -1 {flags} 0 0 0 0 0 0 0 0 20 0 1 0 100 0 0\n"),
+        );
+        write(
+            root,
+            &format!("proc/{pid}/cmdline"),
+            &format!("{argv0}\0--flag\0"),
+        );
+        write(
+            root,
+            &format!("proc/{pid}/cgroup"),
+            &format!("0::/{cgroup}\n"),
+        );
+    }
+
+    /// A machine with: memtide (10), redis in a service cgroup (20, 21), a pod with two
+    /// processes (30, 31), a kworker (40), and a python script (50).
+    fn fixture() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        process(
+            r,
+            10,
+            "memtide",
+            1,
+            0x400100,
+            "/usr/bin/memtide",
+            "system.slice/memtide.service",
+        );
+        process(
+            r,
+            20,
+            "redis-server",
+            1,
+            0x400100,
+            "/usr/bin/redis-server",
+            "system.slice/redis.service",
+        );
+        process(
+            r,
+            21,
+            "redis-bio",
+            20,
+            0x400040,
+            "/usr/bin/redis-server",
+            "system.slice/redis.service/worker",
+        );
+        let pod = "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod1234_ab_cd.slice";
+        process(
+            r,
+            30,
+            "app",
+            1,
+            0x400100,
+            "/app/bin/app",
+            &format!("{pod}/cri-containerd-1.scope"),
+        );
+        process(
+            r,
+            31,
+            "sidecar",
+            1,
+            0x400100,
+            "/sidecar",
+            &format!("{pod}/cri-containerd-2.scope"),
+        );
+        process(r, 40, "kworker/0:1", 2, 0x4208060, "", "");
+        process(
+            r,
+            50,
+            "python3",
+            1,
+            0x400100,
+            "/usr/bin/python3",
+            "user.slice",
+        );
+        write(
+            r,
+            "sys/fs/cgroup/system.slice/redis.service/cgroup.procs",
+            "20\n",
+        );
+        write(
+            r,
+            "sys/fs/cgroup/system.slice/redis.service/worker/cgroup.procs",
+            "21\n",
+        );
+        write(
+            r,
+            "sys/fs/cgroup/system.slice/memtide.service/cgroup.procs",
+            "10\n",
+        );
+        write(
+            r,
+            &format!("sys/fs/cgroup/{pod}/cri-containerd-1.scope/cgroup.procs"),
+            "30\n",
+        );
+        write(
+            r,
+            &format!("sys/fs/cgroup/{pod}/cri-containerd-2.scope/cgroup.procs"),
+            "31\n",
+        );
+        write(r, &format!("sys/fs/cgroup/{pod}/cgroup.procs"), "");
+        // A stale pid in cgroup.procs whose /proc entry is gone: skipped.
+        write(r, "sys/fs/cgroup/user.slice/cgroup.procs", "50\n77\n");
+        dir
+    }
+
+    fn resolve(dir: &tempfile::TempDir, include: Vec<Selector>, exclude: Exclude) -> Vec<u32> {
+        Selection { include, exclude }
+            .resolve(&HostRoot::new(dir.path()), 10)
+            .unwrap()
+            .into_iter()
+            .collect()
+    }
+
+    #[test]
+    fn glob_patterns() {
+        let p = |s: &str| NamePattern(s.into());
+        assert!(p("redis*").matches("redis-server"));
+        assert!(p("*server").matches("redis-server"));
+        assert!(p("r?dis-*").matches("redis-x"));
+        assert!(p("*").matches(""));
+        assert!(!p("redis").matches("redis-server"));
+        assert!(!p("?").matches(""));
+        assert!(p("a*b*c").matches("aXbYbZc"));
+        assert!(!p("a*b*c").matches("aXbYbZ"));
+    }
+
+    #[test]
+    fn by_pid_never_self_or_kthread() {
+        let dir = fixture();
+        let pids = resolve(
+            &dir,
+            vec![
+                Selector::Pid(10),
+                Selector::Pid(20),
+                Selector::Pid(40),
+                Selector::Pid(99),
+            ],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![20]);
+    }
+
+    #[test]
+    fn by_cgroup_includes_descendants_and_skips_stale() {
+        let dir = fixture();
+        let pids = resolve(
+            &dir,
+            vec![Selector::Cgroup("system.slice/redis.service".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![20, 21]);
+        let pids = resolve(
+            &dir,
+            vec![Selector::Cgroup("system.slice".into())],
+            Exclude::default(),
+        );
+        assert_eq!(
+            pids,
+            vec![20, 21],
+            "memtide's own cgroup member is left out"
+        );
+        let pids = resolve(
+            &dir,
+            vec![Selector::Cgroup("user.slice".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![50]);
+        let err = Selection {
+            include: vec![Selector::Cgroup("nope.slice".into())],
+            exclude: Exclude::default(),
+        }
+        .resolve(&HostRoot::new(dir.path()), 10)
+        .unwrap_err();
+        assert!(err.to_string().contains("nope.slice"), "{err}");
+    }
+
+    #[test]
+    fn by_name_matches_comm_or_argv0() {
+        let dir = fixture();
+        // comm of 21 is redis-bio but argv0 is redis-server.
+        let pids = resolve(
+            &dir,
+            vec![Selector::Name(NamePattern("redis-server".into()))],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![20, 21]);
+        let pids = resolve(
+            &dir,
+            vec![Selector::Name(NamePattern("*".into()))],
+            Exclude::default(),
+        );
+        assert_eq!(
+            pids,
+            vec![20, 21, 30, 31, 50],
+            "everything but self and the kworker"
+        );
+    }
+
+    #[test]
+    fn by_pod_uid_systemd_and_cgroupfs_drivers() {
+        let dir = fixture();
+        let pids = resolve(
+            &dir,
+            vec![Selector::Pod("1234-ab-cd".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![30, 31]);
+        // cgroupfs driver layout.
+        write(
+            dir.path(),
+            "sys/fs/cgroup/kubepods/besteffort/pod9f-00/c1/cgroup.procs",
+            "50\n",
+        );
+        let pids = resolve(
+            &dir,
+            vec![Selector::Pod("9f-00".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![50]);
+        let err = pod_cgroup(&HostRoot::new(dir.path()), "missing").unwrap_err();
+        assert!(err.to_string().contains("missing"), "{err}");
+    }
+
+    #[test]
+    fn exclude_list() {
+        let dir = fixture();
+        let all = vec![Selector::Name(NamePattern("*".into()))];
+        let exclude = Exclude {
+            pids: vec![50],
+            names: vec![NamePattern("side*".into())],
+            cgroups: vec!["system.slice/redis.service/worker".into()],
+        };
+        assert_eq!(resolve(&dir, all, exclude), vec![20, 30]);
+    }
+}

@@ -1,0 +1,133 @@
+//! `memtide run` on this machine (one node, swfault): samples and hot bytes appear for a
+//! child that keeps mapping, touching and unmapping memory; `memtide status` shows its row;
+//! SIGTERM exits 0 and leaves no BPF program behind. Bad configurations fail by key.
+mod support;
+
+use std::{
+    process::Command,
+    time::{Duration, Instant},
+};
+
+use support::{Agent, Workload, http_get, metric_value};
+
+#[test]
+fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
+    if support::skip_unless_root("run_samples_a_churning_child_reports_it_and_exits_cleanly") {
+        return;
+    }
+    let mut workload = Workload::spawn(&["--pages", "4096", "--no-thp"]);
+    let pid = workload.pid.to_string();
+    let agent = Agent::start(&["--pid", &pid], Duration::from_secs(20));
+    let label = format!(":{pid}\"");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut metrics = String::new();
+    while Instant::now() < deadline {
+        // Each round faults every page in again: the swfault source's food.
+        assert!(workload.command("churn 4").starts_with("churned"));
+        metrics = http_get(agent.port, "/metrics")
+            .expect("/metrics answers")
+            .1;
+        let samples = metric_value(&metrics, "memtide_samples_total{", "swfault");
+        let hot = metric_value(&metrics, "memtide_hot_bytes{", &label);
+        let ratio = metric_value(&metrics, "memtide_fast_tier_hit_ratio{", &label);
+        if samples.is_some_and(|n| n > 0.0) && hot.is_some_and(|n| n > 0.0) && ratio.is_some() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    assert!(
+        metric_value(&metrics, "memtide_samples_total{", "swfault").is_some_and(|n| n > 0.0),
+        "no swfault samples:\n{metrics}"
+    );
+    assert!(
+        metric_value(&metrics, "memtide_hot_bytes{", &label).is_some_and(|n| n > 0.0),
+        "no hot bytes for the child:\n{metrics}"
+    );
+    assert!(
+        metric_value(&metrics, "memtide_fast_tier_hit_ratio{", &label).is_some(),
+        "no hit ratio for the child:\n{metrics}"
+    );
+
+    let status = Command::new(support::memtide_bin())
+        .args(["status", "--address", &format!("127.0.0.1:{}", agent.port)])
+        .output()
+        .expect("memtide status");
+    let table = String::from_utf8_lossy(&status.stdout);
+    assert!(status.status.success(), "memtide status failed: {table}");
+    assert!(
+        table.lines().any(|line| line.contains(&format!(":{pid} "))),
+        "status has no row for the child:\n{table}"
+    );
+    assert!(table.contains("nothing to migrate to"), "{table}");
+
+    let (exit, log) = agent.stop();
+    assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
+    assert!(log.contains("memtide stopped"), "{log}");
+    support::assert_no_memtide_bpf_programs();
+}
+
+#[test]
+fn bad_configurations_fail_check_config_and_run_naming_the_key() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let cases = [
+        (
+            "unknown.toml",
+            "[agent]\nlisten_address = \"127.0.0.1:1\"\n",
+            "listen_address",
+        ),
+        (
+            "type.toml",
+            "[sources]\nring_bytes = \"four megs\"\n",
+            "ring_bytes",
+        ),
+        (
+            "node.toml",
+            "[topology]\nfast_nodes = [63]\n",
+            "topology.fast_nodes",
+        ),
+        (
+            "range.toml",
+            "[sources]\ncpu_budget_percent = 0.0\n",
+            "sources.cpu_budget_percent",
+        ),
+    ];
+    for (name, text, key) in cases {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).expect("write config");
+        let check = Command::new(support::memtide_bin())
+            .arg("check-config")
+            .arg(&path)
+            .output()
+            .expect("memtide check-config");
+        let stderr = String::from_utf8_lossy(&check.stderr);
+        assert!(!check.status.success(), "{name} passed check-config");
+        assert!(
+            stderr.contains(key),
+            "check-config on {name} does not name {key}: {stderr}"
+        );
+        let run = Command::new(support::memtide_bin())
+            .args(["run", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&path)
+            .output()
+            .expect("memtide run");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "run with {name}: {stderr}");
+        assert!(
+            stderr.contains(key),
+            "run with {name} does not name {key}: {stderr}"
+        );
+    }
+    let good = dir.path().join("good.toml");
+    std::fs::write(&good, "[agent]\nobserve = true\n").expect("write");
+    let check = Command::new(support::memtide_bin())
+        .arg("check-config")
+        .arg(&good)
+        .output()
+        .expect("check-config");
+    assert!(
+        check.status.success(),
+        "{}",
+        String::from_utf8_lossy(&check.stderr)
+    );
+}
