@@ -22,6 +22,11 @@ pub(crate) enum Command {
     /// Describe this machine: kernel, BPF, PMUs and sampling sources, DAMON, NUMA nodes and
     /// memory tiers, THP, NUMA balancing and demotion.
     Probe(ProbeArgs),
+    /// Replay a memory-access trace through a placement policy and a tier model (or, with
+    /// --suite, run the evaluation suite and write docs/evaluation.md).
+    Sim(memtide::sim::cli::SimArgs),
+    /// Generate a synthetic workload trace (native format).
+    Gen(memtide::sim::cli::GenArgs),
     /// Launch a program with an initial NUMA placement (set_mempolicy, then execve): memtide
     /// does not stay around. `memtide exec --placement bw-aware -- ./server --port 80`
     Exec(ExecArgs),

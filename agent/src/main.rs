@@ -42,8 +42,10 @@ fn init_logging_at(verbose: u8, quiet_level: &str, json: bool) {
         _ => "trace",
     };
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default));
+    // Colours only on a terminal: the journal and log files get plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
     if json {
         builder.json().init();
@@ -169,6 +171,8 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe(args) => probe(&args),
+        Command::Sim(args) => memtide::sim::cli::sim(&args),
+        Command::Gen(args) => memtide::sim::cli::generate(&args),
         Command::Exec(args) => exec(&args),
         Command::Status(args) => status(&args),
         Command::CheckConfig(args) => check_config(&args),

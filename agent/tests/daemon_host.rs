@@ -131,3 +131,44 @@ fn bad_configurations_fail_check_config_and_run_naming_the_key() {
         String::from_utf8_lossy(&check.stderr)
     );
 }
+
+#[test]
+fn sighup_reloads_and_a_broken_file_keeps_the_running_configuration() {
+    if support::skip_unless_root("sighup_reloads_and_a_broken_file_keeps_the_running_configuration")
+    {
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("memtide.toml");
+    std::fs::write(&path, "[agent]\nobserve = true\n").expect("write config");
+    let config = path.display().to_string();
+    let agent = Agent::start(&["--config", &config], Duration::from_secs(20));
+    let hup = |agent: &Agent| {
+        let status = Command::new("kill")
+            .args(["-HUP", &agent.child.id().to_string()])
+            .status()
+            .expect("kill -HUP");
+        assert!(status.success());
+        std::thread::sleep(Duration::from_millis(700));
+    };
+    std::fs::write(&path, "[agent]\nobserve = maybe\n").expect("break config");
+    hup(&agent);
+    assert_eq!(
+        http_get(agent.port, "/healthz").map(|(code, _)| code),
+        Some(200),
+        "the agent must survive a broken reload"
+    );
+    std::fs::write(
+        &path,
+        "[agent]\nobserve = true\n[engine]\ninterval_ms = 40\n",
+    )
+    .expect("fix");
+    hup(&agent);
+    let (exit, log) = agent.stop();
+    assert!(exit.success(), "{log}");
+    assert!(
+        log.contains("keeping the running one") && log.contains("observe"),
+        "a broken reload must say why and keep the old configuration:\n{log}"
+    );
+    assert!(log.contains("configuration reloaded"), "{log}");
+}

@@ -85,7 +85,10 @@ def free_port() -> int:
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, dict]:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        # Ask for OpenMetrics as Prometheus does; without it the agent serves the classic text.
+        request = urllib.request.Request(
+            url, headers={"Accept": "application/openmetrics-text; version=1.0.0"})
+        with urllib.request.urlopen(request, timeout=timeout) as r:
             return r.status, r.read().decode(), {k.lower(): v for k, v in r.headers.items()}
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace"), {k.lower(): v for k, v in e.headers.items()}

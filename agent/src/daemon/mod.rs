@@ -51,7 +51,7 @@ use crate::{
     },
     sysfs::{HostRoot, SysfsError},
     targets::select::{Selection, Selector, TargetSet},
-    topology::tiering::TieredTopology,
+    topology::tiering::{HotplugWatch, TieredTopology},
 };
 
 /// How often targets are re-resolved (cgroup members come and go).
@@ -178,6 +178,8 @@ struct Agent {
     root: HostRoot,
     origin: Instant,
     tiered: TieredTopology,
+    /// Notices nodes coming and going (memory hotplug).
+    hotplug: HotplugWatch,
     observe_reason: Option<String>,
     metrics: Metrics,
     status: Arc<RwLock<AgentStatus>>,
@@ -275,8 +277,36 @@ impl Agent {
         }
     }
 
+    /// Memory hotplug: re-reads and re-classifies the nodes when the online or with-memory
+    /// node sets change. Targets found from then on use the new classification; running ones
+    /// keep theirs (a move to a node that went away fails per page and is counted).
+    fn check_hotplug(&mut self) {
+        match self.hotplug.changed(&self.root) {
+            Ok(false) => {}
+            Ok(true) => match TieredTopology::read(&self.root, &self.config.topology) {
+                Ok(tiered) => {
+                    tracing::warn!(
+                        fast = ?tiered.classes.fast,
+                        slow = ?tiered.classes.slow,
+                        "NUMA nodes changed (memory hotplug); tiers re-read"
+                    );
+                    self.observe_reason = observe_reason(&self.config, &tiered);
+                    if let Ok(mut status) = self.status.write() {
+                        status.fast_nodes.clone_from(&tiered.classes.fast);
+                        status.slow_nodes.clone_from(&tiered.classes.slow);
+                        status.observe_reason.clone_from(&self.observe_reason);
+                    }
+                    self.tiered = tiered;
+                }
+                Err(error) => tracing::warn!(%error, "re-reading the topology after hotplug"),
+            },
+            Err(error) => tracing::debug!(%error, "checking for memory hotplug"),
+        }
+    }
+
     /// Re-resolves the selection; starts and stops target tasks; tells the source.
     fn refresh_targets(&mut self) {
+        self.check_hotplug();
         let finished: Vec<u32> = self
             .targets
             .iter()
@@ -548,12 +578,16 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
 
     let selection = config.targets.selection();
     let observe_all = selection.include.is_empty();
+    let mut hotplug = HotplugWatch::new();
+    // The first call records the current node sets.
+    let _ = hotplug.changed(&root);
     let mut agent = Agent {
         config,
         config_path,
         root,
         origin,
         tiered,
+        hotplug,
         observe_reason,
         metrics,
         status,

@@ -1,6 +1,8 @@
-//! Deterministic trace generators and a two-tier placement model, for tests and benches (the
-//! simulator will grow its own, richer generator). Randomness comes only from [`SplitMix64`]
-//! with an explicit seed.
+//! Deterministic trace generators and a two-tier placement model for the engine's own tests and
+//! benches: any initial tier, pages outside the footprint unmapped, no costs. The simulator
+//! (`crate::sim`) has the full workload generator (`sim::workload`, which reuses
+//! [`SplitMix64`]) and a THP-aware tier model with costs (`sim::model`). Randomness comes only
+//! from [`SplitMix64`] with an explicit seed.
 
 use std::collections::BTreeMap;
 

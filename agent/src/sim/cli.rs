@@ -1,0 +1,225 @@
+//! `memtide sim` and `memtide gen`: arguments and handlers (main.rs only dispatches).
+
+use std::{
+    fs::File,
+    io::{BufWriter, Write as _},
+    path::PathBuf,
+};
+
+use anyhow::{Context as _, bail};
+use clap::Args;
+
+use super::{
+    PolicyName,
+    model::PresetName,
+    run::{FastSize, SimConfig},
+    trace::{FileTrace, Format, RecordSource as _, native::NativeWriter},
+    workload::{GenSpec, Generator, Workload},
+};
+
+/// Arguments of `memtide sim`.
+#[derive(Debug, Args)]
+pub struct SimArgs {
+    /// Trace to replay (lackey, perf-script or native; .gz and .zst are decompressed).
+    #[arg(long, value_name = "PATH", required_unless_present = "suite")]
+    pub trace: Option<PathBuf>,
+
+    /// Trace format; detected from the content when absent.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+
+    /// Platform preset (latencies, bandwidths, costs).
+    #[arg(long, value_enum, default_value = "pmem")]
+    pub preset: PresetName,
+
+    /// Fast-tier capacity as a fraction of the trace's footprint. Default 0.25.
+    #[arg(long, value_name = "F", conflicts_with = "fast_capacity")]
+    pub fast_ratio: Option<f64>,
+
+    /// Fast-tier capacity in bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub fast_capacity: Option<u64>,
+
+    /// Keep 1 in N records as PEBS-like samples for the policies.
+    #[arg(long, value_name = "N", default_value_t = 4)]
+    pub sample_rate: u32,
+
+    /// Accesses one trace record stands for (overrides the trace's own; lackey and perf-script
+    /// traces declare 1).
+    #[arg(long, value_name = "K")]
+    pub record_weight: Option<u32>,
+
+    /// Policy to simulate.
+    #[arg(long, value_enum, required_unless_present = "suite")]
+    pub policy: Option<PolicyName>,
+
+    /// Skip malformed trace lines (counted in `skipped_lines`) instead of failing.
+    #[arg(long)]
+    pub lenient: bool,
+
+    /// Seed of the sampling.
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+
+    /// Run the evaluation suite (policies × workloads × presets) and write the report. Each
+    /// section uses its own preset; --fast-ratio/--fast-capacity, --sample-rate and --seed apply.
+    #[arg(long)]
+    pub suite: bool,
+
+    /// Suite: directory of the report (evaluation.md and the SVG plots).
+    #[arg(long, value_name = "DIR", default_value = "docs")]
+    pub out: PathBuf,
+
+    /// Suite: directory of the captured real traces (*.lackey.zst).
+    #[arg(long, value_name = "DIR", default_value = "traces")]
+    pub traces: PathBuf,
+
+    /// Suite: records per synthetic workload.
+    #[arg(long, value_name = "N", default_value_t = 2_000_000)]
+    pub records: u64,
+
+    /// Suite: footprint of the synthetic workloads, bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
+    pub footprint: u64,
+
+    /// Suite: worker threads (default: available parallelism).
+    #[arg(long)]
+    pub jobs: Option<usize>,
+}
+
+/// Arguments of `memtide gen`.
+#[derive(Debug, Args)]
+pub struct GenArgs {
+    #[arg(long, value_enum)]
+    pub workload: Workload,
+    /// Footprint, bytes.
+    #[arg(long, value_name = "BYTES")]
+    pub footprint: u64,
+    /// Records to write.
+    #[arg(long, value_name = "N")]
+    pub records: u64,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Output file (native format; a .zst or .gz name compresses it).
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+}
+
+/// `memtide sim`.
+pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
+    let preset = args.preset.preset();
+    let mut cfg = SimConfig::new(preset);
+    if let Some(f) = args.fast_ratio {
+        if !(0.0..=1.0).contains(&f) {
+            bail!("--fast-ratio {f}: must be within [0, 1]");
+        }
+        cfg.fast = FastSize::Ratio(f);
+    }
+    if let Some(b) = args.fast_capacity {
+        cfg.fast = FastSize::Bytes(b);
+    }
+    if args.sample_rate == 0 {
+        bail!("--sample-rate must be >= 1");
+    }
+    cfg.sample_rate = args.sample_rate;
+    cfg.seed = args.seed;
+    if args.suite {
+        return super::suite::run_suite(args, &cfg);
+    }
+    let (Some(path), Some(policy)) = (&args.trace, args.policy) else {
+        bail!("--trace and --policy are required without --suite");
+    };
+    let spec = FileTrace {
+        path: path.clone(),
+        format: args.format,
+        lenient: args.lenient,
+        record_weight: args.record_weight,
+    };
+    let r = super::simulate(&spec, policy, &cfg)
+        .with_context(|| format!("simulating {} under {}", path.display(), policy.name()))?;
+    if r.simulated_clock_s < 2.0 {
+        eprintln!(
+            "memtide: note: the trace spans only {:.2} s of simulated time ({} records × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
+            r.simulated_clock_s, r.records, r.record_weight, cfg.access_ns
+        );
+    }
+    if args.json {
+        println!("{}", serde_json::to_string(&r)?);
+    } else {
+        println!(
+            "policy {}  trace {}  preset {}\n  records {}  footprint {} MiB  fast {} MiB\n  fast hit ratio {:.4}  fast write ratio {:.4}\n  migrated {:.1} MiB (4k {:.1} / 64k {:.1} / 2m {:.1} MiB) in {} ops; shootdowns {}, splits {}, ping-pong pages {}\n  huge pages kept {}/{}\n  projected {:.4} s vs all-fast {:.4} s ({:.3}×)",
+            r.policy,
+            r.trace,
+            r.preset,
+            r.records,
+            r.footprint_bytes >> 20,
+            r.fast_capacity_bytes >> 20,
+            r.fast_hit_ratio,
+            r.fast_write_ratio,
+            mib(r.migrated_bytes),
+            mib(r.migrated_bytes_by_granularity.k4),
+            mib(r.migrated_bytes_by_granularity.k64),
+            mib(r.migrated_bytes_by_granularity.m2),
+            r.migrations,
+            r.tlb_shootdowns,
+            r.huge_page_splits,
+            r.pingpong_pages,
+            r.huge_pages_kept,
+            r.huge_pages_total,
+            r.projected_time_s,
+            r.all_fast_time_s,
+            r.relative_time,
+        );
+        if r.skipped_lines > 0 {
+            println!("  skipped malformed lines: {}", r.skipped_lines);
+        }
+    }
+    Ok(())
+}
+
+fn mib(bytes: u64) -> f64 {
+    bytes as f64 / f64::from(1u32 << 20)
+}
+
+/// `memtide gen`.
+pub fn generate(args: &GenArgs) -> anyhow::Result<()> {
+    let spec = GenSpec {
+        workload: args.workload,
+        footprint: args.footprint,
+        records: args.records,
+        seed: args.seed,
+    };
+    let mut g = Generator::new(spec);
+    let file =
+        File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
+    let name = args.out.to_string_lossy();
+    let sink: Box<dyn std::io::Write> = if name.ends_with(".zst") {
+        Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish())
+    } else if name.ends_with(".gz") {
+        Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        ))
+    } else {
+        Box::new(file)
+    };
+    let mut w = NativeWriter::new(BufWriter::with_capacity(1 << 16, sink), g.meta())?;
+    let mut buf = Vec::with_capacity(8192);
+    loop {
+        buf.clear();
+        if g.fill(&mut buf, 8192)? == 0 {
+            break;
+        }
+        w.write(&buf)?;
+    }
+    let n = w.records();
+    let mut out = w.finish()?;
+    out.flush()?;
+    drop(out);
+    eprintln!("wrote {n} records to {}", args.out.display());
+    Ok(())
+}

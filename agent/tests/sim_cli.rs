@@ -1,0 +1,169 @@
+//! `memtide gen` and `memtide sim` end to end: the JSON contract, format detection, compressed
+//! input, real lackey output, and line-numbered errors.
+
+use std::{path::Path, process::Command};
+
+fn memtide(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_memtide"))
+        .args(args)
+        .output()
+        .expect("run memtide")
+}
+
+fn sim_json(trace: &Path, extra: &[&str]) -> serde_json::Value {
+    let mut args = vec!["sim", "--trace", trace.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let out = memtide(&args);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("one JSON object")
+}
+
+fn generate(dir: &Path, workload: &str, name: &str) -> std::path::PathBuf {
+    let path = dir.join(name);
+    let out = memtide(&[
+        "gen",
+        "--workload",
+        workload,
+        "--footprint",
+        &(64u64 << 20).to_string(),
+        "--records",
+        "60000",
+        "--seed",
+        "5",
+        "--out",
+        path.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    path
+}
+
+#[test]
+fn json_contract_for_every_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generate(dir.path(), "gups-hotset", "t.mt.zst");
+    for policy in [
+        "memtide",
+        "oracle",
+        "no-migration",
+        "interleave",
+        "bw-aware",
+        "static-4k",
+        "static-64k",
+        "static-2m",
+        "tpp",
+        "hemem",
+        "memtis",
+        "damon",
+    ] {
+        let v = sim_json(&trace, &["--policy", policy, "--preset", "pmem"]);
+        assert_eq!(v["policy"], policy);
+        assert_eq!(v["records"], 60_000);
+        assert_eq!(v["footprint_bytes"], 64u64 << 20);
+        let hit = v["fast_hit_ratio"].as_f64().unwrap();
+        assert!((0.0..=1.0).contains(&hit), "{policy}: {hit}");
+        let by = &v["migrated_bytes_by_granularity"];
+        let sum: u64 = ["4k", "64k", "2m"]
+            .iter()
+            .map(|k| by[k].as_u64().unwrap())
+            .sum();
+        assert_eq!(sum, v["migrated_bytes"].as_u64().unwrap(), "{policy}");
+        assert!(v["migrations"].is_u64());
+        assert!(
+            v["projected_time_s"].as_f64().unwrap()
+                >= v["all_fast_time_s"].as_f64().unwrap() * 0.999
+        );
+    }
+}
+
+#[test]
+fn everything_fast_costs_nothing_extra() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generate(dir.path(), "zipf-kv", "z.mt");
+    let v = sim_json(&trace, &["--policy", "no-migration", "--fast-ratio", "1.0"]);
+    assert_eq!(v["fast_hit_ratio"].as_f64().unwrap(), 1.0);
+    let (p, a) = (
+        v["projected_time_s"].as_f64().unwrap(),
+        v["all_fast_time_s"].as_f64().unwrap(),
+    );
+    assert!((p / a - 1.0).abs() < 1e-9, "{p} vs {a}");
+    // Nothing fast: every access slow.
+    let v = sim_json(
+        &trace,
+        &["--policy", "no-migration", "--fast-capacity", "0"],
+    );
+    assert_eq!(v["fast_hit_ratio"].as_f64().unwrap(), 0.0);
+}
+
+#[test]
+fn real_lackey_output_and_malformed_lines() {
+    let real = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/lackey-sqlite-head.txt");
+    let v = sim_json(&real, &["--policy", "memtide"]);
+    assert!(v["records"].as_u64().unwrap() > 2000);
+    let v = sim_json(
+        &real,
+        &[
+            "--policy",
+            "tpp",
+            "--format",
+            "lackey",
+            "--record-weight",
+            "64",
+        ],
+    );
+    assert!(v["footprint_bytes"].as_u64().unwrap() >= 2 << 20);
+
+    let dir = tempfile::tempdir().unwrap();
+    let bad = dir.path().join("bad.txt");
+    std::fs::write(
+        &bad,
+        "==1== Lackey\n L 1000,8\n S 2000,8\n L 12zz,8\n L 3000,8\n",
+    )
+    .unwrap();
+    let out = memtide(&[
+        "sim",
+        "--trace",
+        bad.to_str().unwrap(),
+        "--policy",
+        "memtide",
+    ]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("line 4"), "{err}");
+    let v = sim_json(&bad, &["--policy", "memtide", "--lenient"]);
+    assert_eq!(v["skipped_lines"], 1);
+    assert_eq!(v["records"], 3);
+}
+
+#[test]
+fn perf_script_gzip_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p.txt.gz");
+    let mut text = String::from("# perf script -F pid,event,addr,data_src,weight\n");
+    for i in 0..5000u64 {
+        let ev = if i % 4 == 0 {
+            "cpu/mem-stores/P:"
+        } else {
+            "cpu/mem-loads,ldlat=30/P:"
+        };
+        text.push_str(&format!(
+            "  {} {ev} {:x} 68100142 |OP LOAD|LVL L3 miss| 120\n",
+            100 + i % 2,
+            0x7f00_0000_0000u64 + (i * 4096 * 7) % (32 << 20)
+        ));
+    }
+    let mut enc = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut enc, text.as_bytes()).unwrap();
+    std::fs::write(&path, enc.finish().unwrap()).unwrap();
+    let v = sim_json(&path, &["--policy", "hemem"]);
+    assert_eq!(v["records"], 5000);
+    // Two processes: their address spaces are kept apart (twice the superpages).
+    assert_eq!(v["footprint_bytes"].as_u64().unwrap(), 2 * (32u64 << 20));
+}
