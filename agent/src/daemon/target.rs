@@ -248,6 +248,15 @@ fn damon_view<'a>(
     view
 }
 
+/// The epoch's accesses and hot set by tier, from whichever kind of input the source gave.
+fn tier_view(input: &EpochInput, placement: &TierPlacement, coverage: f64) -> TierView {
+    if input.regions.is_empty() {
+        sample_view(&input.pages, placement, coverage)
+    } else {
+        damon_view(input.regions.values(), placement, coverage)
+    }
+}
+
 /// Queries where the target's migratable memory is.
 fn placement_of(target: &Target, fast_nodes: &[u32]) -> Result<TierPlacement, TargetError> {
     let mut placement = TierPlacement::new(fast_nodes.to_vec());
@@ -277,7 +286,6 @@ impl State {
     }
 
     fn epoch(&mut self, now: Duration, input: &EpochInput, metrics: &Metrics) -> Epoch {
-        let sampled = &input.pages;
         if self.target.check_alive().is_err() {
             return Epoch::Exited;
         }
@@ -293,11 +301,7 @@ impl State {
 
         // Hit ratio over the accesses sampled since the last epoch.
         let coverage = self.engine.config().hot_coverage;
-        let view = if input.regions.is_empty() {
-            sample_view(sampled, &placement, coverage)
-        } else {
-            damon_view(input.regions.values(), &placement, coverage)
-        };
+        let view = tier_view(input, &placement, coverage);
         for (tier, count) in [("fast", view.fast_accesses), ("slow", view.slow_accesses)] {
             metrics
                 .accesses_sampled
@@ -341,15 +345,12 @@ impl State {
 
         // Gauges after the moves: hot and managed bytes by tier. The placement is queried
         // again only if pages moved.
-        let placement = if moved {
-            placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement)
+        let (placement, view) = if moved {
+            let placement = placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement);
+            let view = tier_view(input, &placement, coverage);
+            (placement, view)
         } else {
-            placement
-        };
-        let view = if input.regions.is_empty() {
-            sample_view(sampled, &placement, coverage)
-        } else {
-            damon_view(input.regions.values(), &placement, coverage)
+            (placement, view)
         };
         for (tier, value) in [("fast", view.hot_fast_bytes), ("slow", view.hot_slow_bytes)] {
             metrics
