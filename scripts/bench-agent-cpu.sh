@@ -3,10 +3,14 @@
 # that keeps faulting pages (the swfault source on this host), for DURATION seconds; the
 # agent's CPU time (utime + stime from /proc) over the wall time, in percent of one core.
 #
-#   scripts/bench-agent-cpu.sh [DURATION]      (root; builds release binaries)
+#   scripts/bench-agent-cpu.sh [DURATION [WARMUP]]   (root; builds release binaries)
+#
+# The workload churns through WARMUP seconds first (default 30) so the sample-rate controller
+# has settled before the measurement starts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 duration=${1:-60}
+warmup=${2:-30}
 cargo build --release --bins >/dev/null 2>&1
 bin=target/release/memtide
 workload=target/release/memtide-workload
@@ -21,7 +25,16 @@ port=$((20000 + RANDOM % 20000))
 agent=$!
 trap 'kill -TERM $agent 2>/dev/null || true; echo quit >&"${WORKLOAD[1]}" 2>/dev/null || true' EXIT
 until curl -sf "127.0.0.1:$port/readyz" >/dev/null; do sleep 0.2; done
-sleep 2 # past start-up: measure the steady state
+churn_for() {
+    local until=$((SECONDS + $1))
+    while [ "$SECONDS" -lt "$until" ]; do
+        echo "churn 4" >&"${WORKLOAD[1]}"
+        read -r _ <&"${WORKLOAD[0]}"
+        sleep 0.1
+    done
+}
+churn_for "$warmup"
+start_samples=$(curl -s "127.0.0.1:$port/metrics" | awk '/^memtide_samples_total\{source="swfault"\}/ {print $2}')
 start_ticks=$(cpu_ticks "$agent")
 start_workload=$(cpu_ticks "$pid")
 start_ns=$(date +%s%N)
@@ -35,7 +48,9 @@ done
 elapsed_ns=$(($(date +%s%N) - start_ns))
 agent_ticks=$(($(cpu_ticks "$agent") - start_ticks))
 workload_ticks=$(($(cpu_ticks "$pid") - start_workload))
-samples=$(curl -s "127.0.0.1:$port/metrics" | awk '/^memtide_samples_total\{source="swfault"\}/ {print $2}')
+samples=$(curl -s "127.0.0.1:$port/metrics" | awk -v start="${start_samples:-0}" '/^memtide_samples_total\{source="swfault"\}/ {print $2 - start}')
+scale=$(curl -s "127.0.0.1:$port/metrics" | awk '/^memtide_sample_period_scale\{source="swfault"\}/ {print $2}')
+echo "agent-cpu: sample period scale at the end: ${scale:-?} (1 = the start-up period)"
 python3 - "$agent_ticks" "$workload_ticks" "$elapsed_ns" "$faults" "${samples:-0}" <<'PY'
 import sys
 agent, workload, ns, faults, samples = (float(x) for x in sys.argv[1:])

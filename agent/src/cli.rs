@@ -35,6 +35,10 @@ pub(crate) enum Command {
     Run(RunArgs),
     /// Ask the running agent what it is doing: one row per target.
     Status(StatusArgs),
+    /// Record the memory accesses of running processes (PEBS, IBS or software page-fault
+    /// samples) to a trace in the simulator's native format: `memtide record --pid 1234
+    /// --duration 60 -o app.mt.zst`, then `memtide sim --trace app.mt.zst`.
+    Record(RecordArgs),
     /// Check a configuration file: syntax (with line and column), values, and the nodes it
     /// names against this machine. Exits 0 when the file is usable.
     CheckConfig(CheckConfigArgs),
@@ -67,6 +71,43 @@ pub(crate) struct RunArgs {
     /// Log line format on stderr [default: [agent] log_format, human].
     #[arg(long, value_parser = ["human", "json"])]
     pub(crate) log_format: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// A process to record (repeatable; each gets its own process index in the trace).
+    #[arg(long = "pid", value_name = "PID", required = true)]
+    pub(crate) pids: Vec<u32>,
+
+    /// The trace file; a name ending in .zst or .gz is compressed.
+    #[arg(
+        short,
+        long,
+        default_value = "memtide-record.mt.zst",
+        value_name = "FILE"
+    )]
+    pub(crate) output: PathBuf,
+
+    /// Stop after this many seconds [default: when every process has exited, or on Ctrl-C].
+    #[arg(long, value_name = "SECONDS")]
+    pub(crate) duration: Option<f64>,
+
+    /// Sampling source [default: the best this machine has].
+    #[arg(long, value_parser = ["pebs", "ibs", "swfault"])]
+    pub(crate) source: Option<String>,
+
+    /// Sample one event in PERIOD [default: the period that keeps sampling within 1 % of a
+    /// core at the expected event rate]. Each record stands for PERIOD events.
+    #[arg(long, value_name = "PERIOD", value_parser = clap::value_parser!(u64).range(1..))]
+    pub(crate) period: Option<u64>,
+
+    /// Size of the BPF sample ring in bytes (a power of two, at least one page).
+    #[arg(long, default_value_t = 1 << 22, value_name = "BYTES")]
+    pub(crate) ring_bytes: u32,
+
+    /// Print the summary as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
 }
 
 #[derive(Debug, Args)]

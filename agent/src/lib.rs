@@ -13,6 +13,7 @@ pub mod exec;
 pub mod metrics;
 pub mod policy;
 pub mod probe;
+pub mod record;
 pub mod sim;
 pub mod sources;
 pub mod sys;

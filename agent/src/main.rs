@@ -106,6 +106,69 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
     }
 }
 
+/// `memtide record`: samples to a native trace file.
+fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
+    use memtide::{
+        record::{RecordOptions, record},
+        sources::SourceKind,
+    };
+
+    if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
+        bail!(
+            "--ring-bytes {}: must be a power of two of at least 4096",
+            args.ring_bytes
+        );
+    }
+    let duration = match args.duration {
+        Some(seconds) if !(seconds.is_finite() && seconds > 0.0) => {
+            bail!("--duration {seconds}: must be a positive number of seconds")
+        }
+        Some(seconds) => Some(std::time::Duration::from_secs_f64(seconds)),
+        None => None,
+    };
+    let source = args.source.as_deref().map(|name| match name {
+        "pebs" => SourceKind::Pebs,
+        "ibs" => SourceKind::Ibs,
+        _ => SourceKind::SwFault,
+    });
+    let options = RecordOptions {
+        pids: args.pids.clone(),
+        source,
+        period: args.period,
+        duration,
+        out: args.output.clone(),
+        ring_bytes: args.ring_bytes,
+        root: HostRoot::default(),
+    };
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the runtime")?;
+    let summary = runtime.block_on(record(options))?;
+    if args.json {
+        println!("{}", serde_json::to_string(&summary)?);
+    } else {
+        let dropped: u64 = summary.dropped.values().sum();
+        println!(
+            "{}: {} records ({} loads, {} stores, {} of unknown kind) from pid {:?} with {} at period {}; {} dropped; stopped by {}",
+            summary.path.display(),
+            summary.records,
+            summary.loads,
+            summary.stores,
+            summary.records - summary.loads - summary.stores,
+            summary.pids,
+            summary.source,
+            summary.period,
+            dropped,
+            summary.stopped_by
+        );
+        for (reason, count) in summary.dropped.iter().filter(|(_, count)| **count > 0) {
+            println!("  dropped ({reason}): {count}");
+        }
+    }
+    Ok(())
+}
+
 /// `memtide status`: GET /status from the running agent.
 fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
     use std::io::{Read as _, Write as _};
@@ -176,6 +239,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Exec(args) => exec(&args),
         Command::Status(args) => status(&args),
         Command::CheckConfig(args) => check_config(&args),
+        Command::Record(args) => record(&args),
         Command::Run(_) => unreachable!("handled in main before logging starts"),
     }
 }

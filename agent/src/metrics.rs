@@ -110,6 +110,8 @@ pub struct Metrics {
     pub tier_free_bytes: Family<NodeTier, Gauge>,
     pub engine_memory_bytes: Gauge,
     pub bpf_run_seconds: Family<ProgramLabel, CounterF64>,
+    pub sample_period_scale: Family<SourceLabel, GaugeF64>,
+    pub sampling_cpu_ratio: GaugeF64,
     build_info: Family<VersionLabel, Gauge>,
 }
 
@@ -200,6 +202,16 @@ impl Metrics {
             "bpf_run_seconds",
             "Kernel time spent in memtide's BPF programs",
             m.bpf_run_seconds.clone(),
+        );
+        registry.register(
+            "sample_period_scale",
+            "Sample period in force over the start-up period, as the CPU budget controller set it",
+            m.sample_period_scale.clone(),
+        );
+        registry.register(
+            "sampling_cpu_ratio",
+            "Measured CPU cost of sampling and the engine (agent CPU plus BPF run time) over the last interval, in cores",
+            m.sampling_cpu_ratio.clone(),
         );
         registry.register("build_info", "memtide's version", m.build_info.clone());
         m.build_info
@@ -475,6 +487,12 @@ mod tests {
                 program: "on_sample_any".into(),
             })
             .inc_by(0.5);
+        m.sample_period_scale
+            .get_or_create(&SourceLabel {
+                source: "swfault".into(),
+            })
+            .set(2.0);
+        m.sampling_cpu_ratio.set(0.008);
         (m, registry)
     }
 

@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{Agent, Workload, http_get, metric_value};
+use support::{Agent, Workload, http_get, metric_sum, metric_value};
 
 #[test]
 fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
@@ -29,7 +29,7 @@ fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
             .expect("/metrics answers")
             .1;
         let samples = metric_value(&metrics, "memtide_samples_total{", "swfault");
-        let hot = metric_value(&metrics, "memtide_hot_bytes{", &label);
+        let hot = metric_sum(&metrics, "memtide_hot_bytes{", &label);
         let ratio = metric_value(&metrics, "memtide_fast_tier_hit_ratio{", &label);
         if samples.is_some_and(|n| n > 0.0) && hot.is_some_and(|n| n > 0.0) && ratio.is_some() {
             break;
@@ -41,7 +41,7 @@ fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
         "no swfault samples:\n{metrics}"
     );
     assert!(
-        metric_value(&metrics, "memtide_hot_bytes{", &label).is_some_and(|n| n > 0.0),
+        metric_sum(&metrics, "memtide_hot_bytes{", &label).is_some_and(|n| n > 0.0),
         "no hot bytes for the child:\n{metrics}"
     );
     assert!(

@@ -10,6 +10,7 @@
 
 pub mod http;
 pub mod notify;
+mod sample_rate;
 pub mod status;
 pub mod target;
 
@@ -47,6 +48,7 @@ use crate::{
         damon_source::run_damon_ring,
         ingest::{IngestCounters, RouteCommand, Router, SampleBatch, run_sample_ring},
         pmu::PmuScan,
+        rate::RateController,
         running::{HotnessSource, StartContext, Stream, start_first},
     },
     sysfs::{HostRoot, SysfsError},
@@ -666,6 +668,19 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         ),
     }
     agent.routes = Some(routes);
+    // The start-up period came from an expected event rate; this keeps the measured cost of
+    // sampling inside the budget from here on.
+    let mut sample_rate = source.as_deref().and_then(|source| {
+        sample_rate::SampleRate::new(
+            source,
+            perf.budget.cpu_fraction,
+            perf.limits
+                .effective_max_rate(perf.budget.kernel_sample_cost_ns),
+            agent.ingest_counters.decoded.load(Ordering::Relaxed),
+        )
+    });
+    let mut rate_check = tokio::time::interval(RateController::INTERVAL);
+    rate_check.reset();
     agent.source = source;
     if let Ok(mut status) = agent.status.write() {
         status.source.clone_from(&source_name);
@@ -696,6 +711,12 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
             _ = hangup.recv() => agent.reload(),
             _ = refresh.tick() => agent.refresh_targets(),
             _ = metrics_tick.tick() => agent.publish_metrics(),
+            _ = rate_check.tick(), if sample_rate.is_some() => {
+                if let (Some(rate), Some(source)) = (sample_rate.as_mut(), agent.source.as_deref_mut()) {
+                    let samples = agent.ingest_counters.decoded.load(Ordering::Relaxed);
+                    rate.tick(source, samples, &agent.metrics);
+                }
+            }
             _ = watchdog.tick() => notifier.watchdog(),
             Some(batch) = default_rx.recv() => dispatch_observed(&mut agent, batch),
             Some(regions) = damon_rx.recv() => {

@@ -21,7 +21,10 @@ use crate::{
     metrics::{Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier},
     policy::{CapacityView, Direction, Plan},
     sysfs::HostRoot,
-    targets::{Target, TargetError, placement::TierPlacement},
+    targets::{
+        Target, TargetError,
+        placement::{NodeCounts, TierPlacement},
+    },
     topology::Topology,
 };
 
@@ -31,6 +34,11 @@ const MAX_QUERY_PAGES: u64 = 4 << 20;
 /// Sampled pages remembered per epoch for the hit ratio.
 const MAX_SAMPLED_PAGES: usize = 1 << 16;
 const PAGE: u64 = 4096;
+/// How long a placement query stays good when memtide moved nothing. Querying is a page-table
+/// walk over the whole target (most of an idle agent's CPU when done every epoch); between
+/// queries only the kernel or another tool can move pages, and the executor verifies every
+/// page it moves anyway.
+const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
 
 /// Everything a target task needs to start.
 #[derive(Debug, Clone)]
@@ -56,6 +64,8 @@ struct State {
     engine: Engine,
     executor: Executor,
     status: TargetStatus,
+    /// The last placement query and when it ran.
+    placement: Option<(Instant, TierPlacement)>,
 }
 
 /// A sample stands for `period` accesses: the BPF program stamps the sample period as its
@@ -100,8 +110,7 @@ fn sampled_hot_set(sampled: &[u64], coverage: f64) -> Vec<u64> {
         .collect()
 }
 
-fn bytes_on(placement: &TierPlacement, nodes: &[u32]) -> u64 {
-    let counts = placement.counts();
+fn bytes_on(counts: &NodeCounts, nodes: &[u32]) -> u64 {
     nodes.iter().map(|&node| counts.on(node)).sum::<u64>() * PAGE
 }
 
@@ -257,6 +266,21 @@ fn tier_view(input: &EpochInput, placement: &TierPlacement, coverage: f64) -> Ti
     }
 }
 
+/// Whether a cached placement still describes most of the pages sampled this epoch. Pages it
+/// does not know were absent at the query (discarded, not yet faulted in, newly mapped): a view
+/// that misses them would report no hot bytes until the cache expires.
+fn knows_sampled_pages(placement: &TierPlacement, input: &EpochInput) -> bool {
+    const CHECKED: usize = 256;
+    let checked = input.pages.iter().take(CHECKED);
+    let (known, total) = checked.fold((0usize, 0usize), |(known, total), &page| {
+        (
+            known + usize::from(placement.node_of(page & !(PAGE - 1)).is_some()),
+            total + 1,
+        )
+    });
+    known * 2 >= total
+}
+
 /// Queries where the target's migratable memory is.
 fn placement_of(target: &Target, fast_nodes: &[u32]) -> Result<TierPlacement, TargetError> {
     let mut placement = TierPlacement::new(fast_nodes.to_vec());
@@ -290,13 +314,20 @@ impl State {
             return Epoch::Exited;
         }
         let label = self.spec.label.clone();
-        let placement = match placement_of(&self.target, &self.spec.fast_nodes) {
-            Ok(placement) => placement,
-            Err(TargetError::Exited { .. }) => return Epoch::Exited,
-            Err(error) => {
-                self.remember_error(error.to_string());
-                return Epoch::Done;
+        let (queried_at, placement) = match self.placement.take() {
+            Some((at, placement))
+                if at.elapsed() < PLACEMENT_MAX_AGE && knows_sampled_pages(&placement, input) =>
+            {
+                (at, placement)
             }
+            _ => match placement_of(&self.target, &self.spec.fast_nodes) {
+                Ok(placement) => (Instant::now(), placement),
+                Err(TargetError::Exited { .. }) => return Epoch::Exited,
+                Err(error) => {
+                    self.remember_error(error.to_string());
+                    return Epoch::Done;
+                }
+            },
         };
 
         // Hit ratio over the accesses sampled since the last epoch.
@@ -345,12 +376,12 @@ impl State {
 
         // Gauges after the moves: hot and managed bytes by tier. The placement is queried
         // again only if pages moved.
-        let (placement, view) = if moved {
+        let (placement, view, queried_at) = if moved {
             let placement = placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement);
             let view = tier_view(input, &placement, coverage);
-            (placement, view)
+            (placement, view, Instant::now())
         } else {
-            (placement, view)
+            (placement, view, queried_at)
         };
         for (tier, value) in [("fast", view.hot_fast_bytes), ("slow", view.hot_slow_bytes)] {
             metrics
@@ -361,9 +392,10 @@ impl State {
                 })
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
+        let counts = placement.counts();
         let managed = [
-            ("fast", bytes_on(&placement, &self.spec.fast_nodes)),
-            ("slow", bytes_on(&placement, &self.spec.slow_nodes)),
+            ("fast", bytes_on(&counts, &self.spec.fast_nodes)),
+            ("slow", bytes_on(&counts, &self.spec.slow_nodes)),
         ];
         for (tier, value) in managed {
             metrics
@@ -395,6 +427,7 @@ impl State {
         self.status.granularity_bytes = stats.granularity_bytes;
         self.status.epoch_seconds = epoch_seconds;
         self.status.engine_memory_bytes = stats.memory_bytes;
+        self.placement = Some((queried_at, placement));
         Epoch::Done
     }
 
@@ -550,6 +583,7 @@ pub fn spawn(
         target,
         engine,
         executor,
+        placement: None,
     };
     let task = tokio::spawn(run(state, samples_rx, damon_rx, origin, metrics, status));
     Ok(TargetHandle {
@@ -691,6 +725,27 @@ mod tests {
             }
         }
         placement
+    }
+
+    #[test]
+    fn a_cached_placement_that_misses_the_sampled_pages_is_queried_again() {
+        let placement = placement(&[(0x10_0000, 16)], &[]);
+        let input = |pages: &[u64]| EpochInput {
+            pages: pages.to_vec(),
+            regions: BTreeMap::new(),
+        };
+        assert!(knows_sampled_pages(
+            &placement,
+            &input(&[0x10_0010, 0x10_1000, 0x90_0000])
+        ));
+        assert!(
+            !knows_sampled_pages(&placement, &input(&[0x10_0010, 0x90_0000, 0x90_1000])),
+            "most samples fall on pages the view has never seen"
+        );
+        assert!(
+            knows_sampled_pages(&placement, &input(&[])),
+            "no samples: keep it"
+        );
     }
 
     #[test]

@@ -24,32 +24,43 @@ pub struct Coverage {
 #[derive(Clone, Debug)]
 pub(crate) struct Histogram {
     buckets: Vec<u32>,
+    /// Buckets above this are all zero: clearing and scanning stop here, so an engine whose
+    /// counts stay small (the common case: a few samples per superpage per interval) pays
+    /// for the buckets it uses, not for all 64 Ki of them 20 times a second.
+    used: usize,
 }
 
 impl Default for Histogram {
     fn default() -> Self {
         Self {
             buckets: vec![0; BUCKETS],
+            used: 0,
         }
     }
 }
 
 impl Histogram {
     pub(crate) fn clear(&mut self) {
-        self.buckets.fill(0);
+        self.buckets[..=self.used].fill(0);
+        self.used = 0;
     }
 
     pub(crate) fn add(&mut self, count: u32) {
         if count > 0 {
             let b = (count as usize).min(BUCKETS - 1);
             self.buckets[b] = self.buckets[b].saturating_add(1);
+            self.used = self.used.max(b);
         }
+    }
+
+    fn in_use(&self) -> &[u32] {
+        &self.buckets[..=self.used]
     }
 
     /// Smallest set of units, hottest first, whose counts reach `share` of the total.
     pub(crate) fn cover(&self, share: f64) -> Coverage {
         let (mut total, mut touched) = (0u64, 0u64);
-        for (v, n) in self.buckets.iter().enumerate() {
+        for (v, n) in self.in_use().iter().enumerate() {
             total += v as u64 * u64::from(*n);
             touched += u64::from(*n);
         }
@@ -63,7 +74,7 @@ impl Histogram {
             return c;
         }
         for (v, n) in self
-            .buckets
+            .in_use()
             .iter()
             .enumerate()
             .rev()
@@ -85,7 +96,7 @@ impl Histogram {
     /// first `ties` units equal to `value` are in too. `value == 0` means every touched unit fits.
     pub(crate) fn top(&self, n: usize) -> (u32, usize) {
         let mut left = n;
-        for (v, c) in self.buckets.iter().enumerate().skip(1).rev() {
+        for (v, c) in self.in_use().iter().enumerate().skip(1).rev() {
             let c = *c as usize;
             if c >= left {
                 return (v as u32, left);
@@ -130,6 +141,29 @@ mod tests {
         assert_eq!(h.cover(0.5).units, 10);
         assert_eq!(h.cover(0.5).min_count, 10);
         assert_eq!(Histogram::default().cover(0.7), Coverage::default());
+    }
+
+    #[test]
+    fn a_cleared_histogram_answers_like_a_fresh_one() {
+        let mut reused = Histogram::default();
+        for count in [u32::MAX, 40_000, 7, 7, 3] {
+            reused.add(count);
+        }
+        reused.clear();
+        let mut fresh = Histogram::default();
+        for h in [&mut reused, &mut fresh] {
+            for count in [9, 4, 4, 1] {
+                h.add(count);
+            }
+        }
+        assert_eq!(reused.cover(0.7), fresh.cover(0.7));
+        assert_eq!(reused.top(2), fresh.top(2));
+        assert_eq!(reused.top(10), fresh.top(10));
+        assert_eq!(
+            reused.cover(1.0).total,
+            18,
+            "nothing of the first round survives"
+        );
     }
 
     #[test]

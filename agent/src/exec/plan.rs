@@ -5,7 +5,7 @@
 use super::executor::{Direction, MoveRequest};
 use crate::{
     policy::{self, PlacementView, Plan, PlannedMove, Residency, SUBPAGES, Tier},
-    targets::placement::{PAGE, TierPlacement},
+    targets::placement::TierPlacement,
 };
 
 /// The node each tier's moves go to.
@@ -60,9 +60,12 @@ impl PlacementView for TierPlacement {
 
     fn residency(&self, superpage: u64) -> Residency {
         let mut r = Residency::default();
-        for page in 0..SUBPAGES {
-            r.set(page, self.tier_of(superpage + page as u64 * PAGE));
-        }
+        self.visit_pages(superpage, SUBPAGES, &mut |page, status| {
+            if let Some(node) = status.node() {
+                let fast = self.fast_nodes().contains(&node);
+                r.set(page, Some(if fast { Tier::Fast } else { Tier::Slow }));
+            }
+        });
         r
     }
 

@@ -215,7 +215,9 @@ impl Router {
 }
 
 /// How often the ring is drained when the BPF side has not woken us (it batches wake-ups).
-pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
+/// Well under the shortest epoch (100 ms), and few enough wake-ups that an idle agent costs
+/// little.
+pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
 fn drain(ring: &mut RingBuf<MapData>, router: &mut Router) {
     while let Some(record) = ring.next() {

@@ -13,6 +13,7 @@ pub mod ibs;
 pub mod ingest;
 pub mod pebs;
 pub mod pmu;
+pub mod rate;
 pub mod running;
 pub mod sampler;
 pub mod swfault;

@@ -60,6 +60,17 @@ pub trait HotnessSource: Send {
     fn as_damon(&self) -> Option<&DamonSource> {
         None
     }
+    /// Sampling streams (events x CPUs) whose period [`Self::scale_periods`] can change; 0
+    /// for sources without a sample period (DAMON).
+    fn sampling_streams(&self) -> u32 {
+        0
+    }
+    /// Sets every sampling event's period to its starting period times `scale`; returns the
+    /// periods now in force.
+    fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SourceError> {
+        let _ = scale;
+        Ok(Vec::new())
+    }
 }
 
 /// A perf-event source (PEBS, IBS, software page faults) and its current allowlist.
@@ -96,6 +107,14 @@ impl HotnessSource for PerfSource {
 
     fn program_stats(&self) -> Vec<ProgramStats> {
         self.sampler.program_stats()
+    }
+
+    fn sampling_streams(&self) -> u32 {
+        u32::try_from(self.sampler.sampling_streams()).unwrap_or(u32::MAX)
+    }
+
+    fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SourceError> {
+        Ok(self.sampler.scale_periods(scale)?)
     }
 }
 

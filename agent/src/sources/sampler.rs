@@ -90,8 +90,28 @@ impl SamplerSpec {
     }
 }
 
+/// `base * scale`, rounded, at least 1 and at most `u64::MAX / 2` (the kernel rejects periods
+/// with the top bit set).
+#[must_use]
+pub fn scaled_period(base: u64, scale: f64) -> u64 {
+    let scaled = (base as f64 * scale).round();
+    if scaled.is_nan() || scaled < 1.0 {
+        1
+    } else if scaled >= (u64::MAX / 2) as f64 {
+        u64::MAX / 2
+    } else {
+        scaled as u64
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum SamplerError {
+    #[error("changing the sample period to {period}: {source}")]
+    SetPeriod {
+        period: u64,
+        #[source]
+        source: io::Error,
+    },
     #[error(transparent)]
     Bpf(#[from] BpfError),
     #[error("BPF map {name}: {source}")]
@@ -119,6 +139,11 @@ pub enum SamplerError {
     },
     #[error("enabling a perf event: {source}")]
     Enable {
+        #[source]
+        source: io::Error,
+    },
+    #[error("disabling a perf event: {source}")]
+    Disable {
         #[source]
         source: io::Error,
     },
@@ -150,6 +175,8 @@ const fn program_for(kind: AccessKind) -> &'static str {
 pub struct Sampler {
     // Field order is drop order: events close (detaching the programs) before the object.
     events: Vec<OwnedFd>,
+    /// The sampling (non-leader) events: index into `events` and the period they opened with.
+    sampling: Vec<(usize, u64)>,
     targets: BpfHashMap<MapData, u32, u8>,
     drops: PerCpuArray<MapData, u64>,
     ring: Option<RingBuf<MapData>>,
@@ -206,6 +233,7 @@ impl Sampler {
 
         let plan = spec.open_plan();
         let mut events = Vec::with_capacity(plan.len());
+        let mut sampling = Vec::with_capacity(plan.len());
         // The leader opened last, until the spec after it has joined its group.
         let mut leader: Option<(usize, OwnedFd)> = None;
         for step in plan {
@@ -249,6 +277,7 @@ impl Sampler {
                 }
             })?;
             // Members before their leader: they close first on drop.
+            sampling.push((events.len(), event.attr.sample_period));
             events.push(fd);
             events.extend(finished);
         }
@@ -259,6 +288,7 @@ impl Sampler {
         let ring = bpf::take_map(&mut ebpf, names::MAP_SAMPLES)?;
         let sampler = Self {
             events,
+            sampling,
             targets,
             drops,
             ring: Some(ring),
@@ -318,6 +348,35 @@ impl Sampler {
     #[must_use]
     pub fn program_stats(&self) -> Vec<bpf::ProgramStats> {
         bpf::program_stats(&self.ebpf)
+    }
+
+    /// Sets every sampling event's period to its starting period times `scale` (at least 1),
+    /// so a source with several events (PEBS loads and stores) keeps their ratio. Returns the
+    /// periods now in force, one per spec event kind as opened, for logs and metrics.
+    pub fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SamplerError> {
+        let mut applied = Vec::with_capacity(self.sampling.len());
+        for &(index, base) in &self.sampling {
+            let period = scaled_period(base, scale);
+            perf::set_period(self.events[index].as_fd(), period)
+                .map_err(|source| SamplerError::SetPeriod { period, source })?;
+            applied.push(period);
+        }
+        Ok(applied)
+    }
+
+    /// Stops every event (the programs stay attached; dropping the sampler detaches them), so
+    /// a reader can drain the ring knowing nothing more arrives.
+    pub fn disable(&mut self) -> Result<(), SamplerError> {
+        for event in &self.events {
+            perf::disable(event.as_fd()).map_err(|source| SamplerError::Disable { source })?;
+        }
+        Ok(())
+    }
+
+    /// Number of sampling events (group leaders that only count are not among them).
+    #[must_use]
+    pub fn sampling_streams(&self) -> usize {
+        self.sampling.len()
     }
 
     /// Number of perf events open (one or two per CPU).
@@ -384,5 +443,17 @@ mod tests {
                 (1, 2, None),
             ]
         );
+    }
+
+    #[test]
+    fn scaled_periods_stay_valid() {
+        assert_eq!(scaled_period(1000, 2.5), 2500);
+        assert_eq!(
+            scaled_period(1000, 0.0001),
+            1,
+            "never 0: that would mean frequency mode"
+        );
+        assert_eq!(scaled_period(3, f64::NAN), 1);
+        assert_eq!(scaled_period(u64::MAX / 4, 1e6), u64::MAX / 2);
     }
 }

@@ -120,6 +120,18 @@ pub fn enable(event: BorrowedFd<'_>) -> io::Result<()> {
     check(unsafe { ioctls::ENABLE(event.as_raw_fd(), 0) }).map(drop)
 }
 
+/// Changes the sample period of a running event (`PERF_EVENT_IOC_PERIOD`); the new period
+/// takes effect from the event's next overflow.
+pub fn set_period(event: BorrowedFd<'_>, period: u64) -> io::Result<()> {
+    let mut period = period.max(1);
+    // The kernel reads the period through a pointer (`copy_from_user(&value, (u64 __user
+    // *)arg, 8)`); the binding types the argument as a plain u64, so pass the address in it.
+    let pointer = (&raw mut period) as u64;
+    // SAFETY: the descriptor is open; the kernel reads one u64 at `pointer`, which is a live
+    // local for the duration of the call.
+    check(unsafe { ioctls::PERIOD(event.as_raw_fd(), pointer) }).map(drop)
+}
+
 /// Stops the event (`PERF_EVENT_IOC_DISABLE`); closing the fd also does.
 pub fn disable(event: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: as for enable.

@@ -59,10 +59,13 @@ impl NodeCounts {
     #[must_use]
     pub fn of(statuses: &[PageStatus]) -> Self {
         let mut counts = Self::default();
-        for status in statuses {
-            match *status {
-                PageStatus::Node(n) => *counts.per_node.entry(n).or_insert(0) += 1,
-                PageStatus::Error(e) => *counts.per_error.entry(e).or_insert(0) += 1,
+        // Run-length first: pages of a range mostly share a node, so the maps see one update
+        // per run instead of one per page.
+        for run in statuses.chunk_by(|a, b| a == b) {
+            let n = run.len() as u64;
+            match run[0] {
+                PageStatus::Node(node) => *counts.per_node.entry(node).or_insert(0) += n,
+                PageStatus::Error(e) => *counts.per_error.entry(e).or_insert(0) += n,
             }
         }
         counts
@@ -99,6 +102,12 @@ impl TierPlacement {
         }
     }
 
+    /// The nodes that count as fast.
+    #[must_use]
+    pub fn fast_nodes(&self) -> &[u32] {
+        &self.fast_nodes
+    }
+
     /// Adds the statuses of the pages from `start` (page-aligned) on.
     pub fn insert(&mut self, start: u64, statuses: Vec<PageStatus>) {
         self.ranges.insert(start, statuses);
@@ -115,6 +124,33 @@ impl TierPlacement {
         let (&start, statuses) = self.ranges.range(..=page).next_back()?;
         let index = usize::try_from((page - start) / PAGE).ok()?;
         statuses.get(index).copied()
+    }
+
+    /// Calls `visit(index, status)` for each queried page among the `pages` pages from
+    /// `start` (page-aligned), `index` counting from `start`: one map lookup per range rather
+    /// than one per page, for the planner's 512-page residency questions.
+    pub fn visit_pages(&self, start: u64, pages: usize, visit: &mut dyn FnMut(usize, PageStatus)) {
+        let end = start.saturating_add(pages as u64 * PAGE);
+        let first = self
+            .ranges
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&range_start, _)| range_start);
+        for (&range_start, statuses) in self.ranges.range(first..end) {
+            let range_end = range_start + statuses.len() as u64 * PAGE;
+            let (lo, hi) = (start.max(range_start), end.min(range_end));
+            let mut addr = lo;
+            while addr < hi {
+                let index = usize::try_from((addr - range_start) / PAGE).unwrap_or(usize::MAX);
+                if let Some(&status) = statuses.get(index) {
+                    visit(
+                        usize::try_from((addr - start) / PAGE).unwrap_or(usize::MAX),
+                        status,
+                    );
+                }
+                addr += PAGE;
+            }
+        }
     }
 
     /// The node of the page at `page`, if known and resident.
@@ -194,6 +230,22 @@ mod tests {
         );
         let counts = view.counts();
         assert_eq!((counts.on(0), counts.on(1), counts.resident()), (4, 2, 6));
+        // A window across both ranges and the gap between them, page by page.
+        let mut seen = Vec::new();
+        view.visit_pages(0x13000, 0x2f, &mut |i, status| seen.push((i, status)));
+        assert_eq!(
+            seen,
+            vec![(0, missing), (1, n(0)), (0x2d, n(1)), (0x2e, n(0))]
+        );
+        for page in (0x0..0x50000).step_by(0x1000) {
+            let mut one = None;
+            view.visit_pages(page, 1, &mut |_, status| one = Some(status));
+            assert_eq!(
+                one.and_then(PageStatus::node),
+                view.node_of(page),
+                "{page:#x}"
+            );
+        }
         assert_eq!(counts.per_error[&PageError::NotPresent], 1);
     }
 }

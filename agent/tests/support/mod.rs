@@ -305,3 +305,13 @@ pub(crate) fn metric_value(text: &str, metric: &str, label: &str) -> Option<f64>
         .filter(|line| line.starts_with(metric) && line.contains(label))
         .find_map(|line| line.rsplit(' ').next()?.parse().ok())
 }
+
+/// The sum of every sample of `metric` whose labels contain `label` (all tiers of a target,
+/// say), or `None` when there is none. Series order in an exposition is not fixed, so a check
+/// on "the first" of several series would be flaky.
+pub(crate) fn metric_sum(text: &str, metric: &str, label: &str) -> Option<f64> {
+    text.lines()
+        .filter(|line| line.starts_with(metric) && line.contains(label))
+        .filter_map(|line| line.rsplit(' ').next()?.parse::<f64>().ok())
+        .reduce(|a, b| a + b)
+}

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use crate::support::{self, Agent, Workload, http_get, metric_value};
+use crate::support::{self, Agent, Workload, http_get, metric_sum, metric_value};
 
 const MIB_PAGES: usize = 256;
 const HOT_PAGES: usize = 64 * MIB_PAGES;
@@ -55,7 +55,7 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     while Instant::now() < deadline {
         metrics = http_get(agent.port, "/metrics").expect("/metrics").1;
         samples = metric_value(&metrics, "memtide_samples_total{", "damon");
-        hot = metric_value(&metrics, "memtide_hot_bytes{", &label);
+        hot = metric_sum(&metrics, "memtide_hot_bytes{", &label);
         ratio = metric_value(&metrics, "memtide_fast_tier_hit_ratio{", &label);
         if samples.is_some_and(|n| n > 0.0) && hot.is_some_and(|n| n > 0.0) && ratio.is_some() {
             break;
