@@ -190,6 +190,8 @@ struct Agent {
     target_set: TargetSet,
     targets: BTreeMap<u32, TargetHandle>,
     skipped_targets: u64,
+    /// Selector failures last logged (logged again only when they change).
+    selector_problems: Vec<String>,
     source: Option<Box<dyn HotnessSource>>,
     routes: Option<mpsc::Sender<RouteCommand>>,
     ingest_counters: Arc<IngestCounters>,
@@ -323,10 +325,30 @@ impl Agent {
         }
         match self.target_set.refresh(&self.selection) {
             Ok(changes) => {
+                if changes.problems != self.selector_problems {
+                    for problem in &changes.problems {
+                        tracing::warn!(%problem, "a target selector cannot be resolved; skipping it (the others are still followed)");
+                    }
+                    self.selector_problems = changes.problems;
+                }
                 for pid in changes.removed {
                     self.remove_target(pid);
                 }
                 for pid in changes.added {
+                    self.add_target(pid);
+                }
+                // Members refused earlier (the target limit, a failed start) get a slot once
+                // one is free.
+                let waiting: Vec<u32> = self
+                    .target_set
+                    .iter()
+                    .map(crate::targets::Target::pid)
+                    .filter(|pid| !self.targets.contains_key(pid))
+                    .collect();
+                for pid in waiting {
+                    if self.targets.len() >= self.config.targets.max_targets {
+                        break;
+                    }
                     self.add_target(pid);
                 }
             }
@@ -598,6 +620,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         target_set: TargetSet::new(),
         targets: BTreeMap::new(),
         skipped_targets: 0,
+        selector_problems: Vec::new(),
         source: None,
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),

@@ -213,8 +213,24 @@ impl Selection {
     /// The pids selected now, ascending. `self_pid` (memtide) and kernel threads are never
     /// selected; processes that vanish while being read are skipped.
     pub fn resolve(&self, root: &HostRoot, self_pid: u32) -> Result<BTreeSet<u32>, TargetError> {
+        let (pids, mut problems) = self.resolve_each(root, self_pid)?;
+        match problems.is_empty() {
+            true => Ok(pids),
+            false => Err(problems.swap_remove(0)),
+        }
+    }
+
+    /// Like [`Self::resolve`], but a selector that cannot be resolved (a cgroup removed, a pod
+    /// gone) is reported and skipped instead of failing the others: one deleted cgroup must
+    /// not stop the agent from following every other target.
+    pub fn resolve_each(
+        &self,
+        root: &HostRoot,
+        self_pid: u32,
+    ) -> Result<(BTreeSet<u32>, Vec<TargetError>), TargetError> {
         let mut wanted = BTreeSet::new();
         let mut by_name = Vec::new();
+        let mut problems = Vec::new();
         for selector in &self.include {
             match selector {
                 Selector::Pid(pid) => {
@@ -223,22 +239,33 @@ impl Selection {
                 Selector::Cgroup(path) => {
                     let dir = root.path(CGROUP_ROOT).join(path);
                     if !dir.is_dir() {
-                        return Err(TargetError::Selector {
+                        problems.push(TargetError::Selector {
                             path: dir,
                             what: "no such cgroup".into(),
                         });
+                        continue;
                     }
-                    cgroup_pids(&dir, &mut wanted).map_err(|e| TargetError::Selector {
-                        path: e.path().to_path_buf(),
-                        what: e.to_string(),
-                    })?;
+                    if let Err(e) = cgroup_pids(&dir, &mut wanted) {
+                        problems.push(TargetError::Selector {
+                            path: e.path().to_path_buf(),
+                            what: e.to_string(),
+                        });
+                    }
                 }
                 Selector::Pod(uid) => {
-                    let dir = root.path(CGROUP_ROOT).join(pod_cgroup(root, uid)?);
-                    cgroup_pids(&dir, &mut wanted).map_err(|e| TargetError::Selector {
-                        path: e.path().to_path_buf(),
-                        what: e.to_string(),
-                    })?;
+                    let dir = match pod_cgroup(root, uid) {
+                        Ok(relative) => root.path(CGROUP_ROOT).join(relative),
+                        Err(e) => {
+                            problems.push(e);
+                            continue;
+                        }
+                    };
+                    if let Err(e) = cgroup_pids(&dir, &mut wanted) {
+                        problems.push(TargetError::Selector {
+                            path: e.path().to_path_buf(),
+                            what: e.to_string(),
+                        });
+                    }
                 }
                 Selector::Name(pattern) => by_name.push(pattern),
             }
@@ -274,7 +301,7 @@ impl Selection {
             }
             out.insert(pid);
         }
-        Ok(out)
+        Ok((out, problems))
     }
 }
 
@@ -284,6 +311,8 @@ pub struct Changes {
     pub added: Vec<u32>,
     /// Exited, or no longer selected.
     pub removed: Vec<u32>,
+    /// Selectors that could not be resolved this time (each names its path), skipped.
+    pub problems: Vec<String>,
 }
 
 /// The live targets of a [`Selection`], each held through its pidfd.
@@ -303,8 +332,11 @@ impl TargetSet {
     /// and, if still selected, reopened as the new process.
     pub fn refresh(&mut self, selection: &Selection) -> Result<Changes, TargetError> {
         let root = HostRoot::default();
-        let selected = selection.resolve(&root, std::process::id())?;
-        let mut changes = Changes::default();
+        let (selected, problems) = selection.resolve_each(&root, std::process::id())?;
+        let mut changes = Changes {
+            problems: problems.iter().map(ToString::to_string).collect(),
+            ..Changes::default()
+        };
         self.targets.retain(|pid, target| {
             let keep = selected.contains(pid) && !target.exited().unwrap_or(true);
             if !keep {
@@ -552,6 +584,19 @@ mod tests {
         .resolve(&HostRoot::new(dir.path()), 10)
         .unwrap_err();
         assert!(err.to_string().contains("nope.slice"), "{err}");
+        // The daemon's view: a removed cgroup is reported, the others still resolve.
+        let (pids, problems) = Selection {
+            include: vec![
+                Selector::Cgroup("nope.slice".into()),
+                Selector::Cgroup("user.slice".into()),
+            ],
+            exclude: Exclude::default(),
+        }
+        .resolve_each(&HostRoot::new(dir.path()), 10)
+        .unwrap();
+        assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![50]);
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].to_string().contains("nope.slice"));
     }
 
     #[test]

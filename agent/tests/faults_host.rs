@@ -1,0 +1,221 @@
+//! Faults the agent must survive on this machine, each checked for its log line, its exit code
+//! or metric, and for leaving nothing attached: the metrics port taken, BPF refused for want of
+//! a capability, the exact documented capability set, a removed cgroup target, a ring overflow.
+//! (VM-level faults live in tests/vm/; executor faults in the executor's unit tests.)
+mod support;
+
+use std::{
+    io::Read as _,
+    net::TcpListener,
+    process::{Command, Stdio},
+    time::{Duration, Instant},
+};
+
+use support::{Workload, http_get, metric_value};
+
+/// The capabilities the systemd unit grants (deploy/systemd/memtide.service,
+/// `CapabilityBoundingSet=`), in setpriv's spelling.
+const DOCUMENTED_CAPS: [&str; 5] = ["bpf", "perfmon", "sys_nice", "sys_ptrace", "sys_admin"];
+
+fn setpriv_available() -> bool {
+    Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+/// `memtide run ARGS` under `setpriv --bounding-set -all,+CAPS` (as root, the bounding set is
+/// what the agent's permitted and effective sets become), with stderr captured.
+fn run_with_caps(caps: &[&str], port: u16, args: &[&str]) -> std::process::Child {
+    let bounding: String = std::iter::once("-all".to_owned())
+        .chain(caps.iter().map(|cap| format!("+{cap}")))
+        .collect::<Vec<_>>()
+        .join(",");
+    Command::new("setpriv")
+        .args(["--bounding-set", &bounding, "--inh-caps", "-all", "--"])
+        .arg(support::memtide_bin())
+        .args(["run", "--listen", &format!("127.0.0.1:{port}")])
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn setpriv memtide run")
+}
+
+fn wait_ready(child: &mut std::process::Child, port: u16) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if let Some((200, _)) = http_get(port, "/readyz") {
+            return;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            let mut stderr = String::new();
+            let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+            panic!("memtide run exited early with {status}:\n{stderr}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("memtide run not ready within 30 s");
+}
+
+fn stop(mut child: std::process::Child) -> (std::process::ExitStatus, String) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let mut stderr = String::new();
+    let _ = child.stderr.take().unwrap().read_to_string(&mut stderr);
+    (child.wait().expect("wait"), stderr)
+}
+
+#[test]
+fn metrics_port_in_use_is_a_clear_error_and_exit_code_3() {
+    let taken = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let output = Command::new(support::memtide_bin())
+        .args(["run", "--observe", "--listen", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("run memtide");
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(
+        output.status.code(),
+        Some(3),
+        "exit code; stderr:\n{stderr}"
+    );
+    assert!(stderr.contains(&format!("127.0.0.1:{port}")), "{stderr}");
+    assert!(
+        stderr.contains("another process listens there"),
+        "names the cause and the fix: {stderr}"
+    );
+    // It failed before starting any source.
+    support::assert_no_memtide_bpf_programs();
+}
+
+#[test]
+fn exactly_the_documented_capabilities_are_enough_to_sample() {
+    if support::skip_unless_root("exactly_the_documented_capabilities_are_enough_to_sample") {
+        return;
+    }
+    if !setpriv_available()
+        && support::skip(
+            "exactly_the_documented_capabilities_are_enough_to_sample",
+            "no setpriv (util-linux)",
+        )
+    {
+        return;
+    }
+    let mut workload = Workload::spawn(&["--pages", "2048", "--no-thp"]);
+    let pid = workload.pid.to_string();
+    let port = support::free_port();
+    let mut agent = run_with_caps(&DOCUMENTED_CAPS, port, &["--pid", &pid, "--observe"]);
+    wait_ready(&mut agent, port);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut samples = None;
+    while Instant::now() < deadline {
+        workload.command("churn 2");
+        let metrics = http_get(port, "/metrics").expect("/metrics").1;
+        samples = metric_value(&metrics, "memtide_samples_total{", "swfault");
+        if samples.is_some_and(|n| n > 0.0) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let (status, log) = stop(agent);
+    assert!(
+        samples.is_some_and(|n| n > 0.0),
+        "no samples with the documented capabilities:\n{log}"
+    );
+    assert!(status.success(), "exit {status}:\n{log}");
+    support::assert_no_memtide_bpf_programs();
+}
+
+#[test]
+fn without_cap_bpf_the_agent_degrades_and_names_the_capability() {
+    if support::skip_unless_root("without_cap_bpf_the_agent_degrades_and_names_the_capability") {
+        return;
+    }
+    if !setpriv_available()
+        && support::skip(
+            "without_cap_bpf_the_agent_degrades_and_names_the_capability",
+            "no setpriv (util-linux)",
+        )
+    {
+        return;
+    }
+    let caps: Vec<&str> = DOCUMENTED_CAPS
+        .iter()
+        .copied()
+        .filter(|cap| !matches!(*cap, "bpf" | "sys_admin"))
+        .collect();
+    let workload = Workload::spawn(&["--pages", "64", "--no-thp"]);
+    let port = support::free_port();
+    let mut agent = run_with_caps(&caps, port, &["--pid", &workload.pid.to_string()]);
+    // Still serves metrics and health: an operator can see what is wrong.
+    wait_ready(&mut agent, port);
+    let (code, status) = http_get(port, "/status").expect("/status");
+    assert_eq!(code, 200);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    assert_eq!(status["source"], "none", "no source can start without BPF");
+    let (exit, log) = stop(agent);
+    assert!(exit.success(), "exit {exit}:\n{log}");
+    assert!(
+        log.contains("CAP_BPF"),
+        "the log names the missing capability:\n{log}"
+    );
+    assert!(log.contains("no hotness source could start"), "{log}");
+    support::assert_no_memtide_bpf_programs();
+}
+
+#[test]
+fn a_removed_cgroup_target_is_reported_and_the_other_targets_stay() {
+    if support::skip_unless_root("a_removed_cgroup_target_is_reported_and_the_other_targets_stay") {
+        return;
+    }
+    let cgroup = std::path::Path::new("/sys/fs/cgroup")
+        .join(format!("memtide-test-{}.scope", std::process::id()));
+    if std::fs::create_dir(&cgroup).is_err()
+        && support::skip(
+            "a_removed_cgroup_target_is_reported_and_the_other_targets_stay",
+            "cannot create a cgroup v2 directory under /sys/fs/cgroup",
+        )
+    {
+        return;
+    }
+    let mut kept = Workload::spawn(&["--pages", "64", "--no-thp"]);
+    let port = support::free_port();
+    let mut agent = Command::new(support::memtide_bin())
+        .args(["run", "--observe", "--listen", &format!("127.0.0.1:{port}")])
+        .args(["--pid", &kept.pid.to_string()])
+        .arg("--cgroup")
+        .arg(&cgroup)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn memtide run");
+    wait_ready(&mut agent, port);
+    std::fs::remove_dir(&cgroup).expect("remove the empty cgroup");
+    // Several refreshes (1 s each) with the cgroup gone.
+    std::thread::sleep(Duration::from_secs(3));
+    kept.command("touch");
+    let (_, status) = http_get(port, "/status").expect("/status");
+    let (exit, log) = stop(agent);
+    let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");
+    let pids: Vec<u64> = status["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t["pid"].as_u64())
+        .collect();
+    assert!(
+        pids.contains(&u64::from(kept.pid)),
+        "the pid target is still managed after its sibling cgroup vanished:\n{status}\n{log}"
+    );
+    let warnings = log
+        .lines()
+        .filter(|line| line.contains("cannot be resolved") && line.contains("memtide-test-"))
+        .count();
+    assert_eq!(
+        warnings, 1,
+        "the removed cgroup is reported once, by name, not every second:\n{log}"
+    );
+    assert!(exit.success(), "{log}");
+}
