@@ -659,6 +659,12 @@ mod tests {
         collapses: Vec<u64>,
         move_calls: Vec<usize>,
         exited: bool,
+        /// Moves to these nodes fail per page with ENOMEM (a full tier whose free-memory
+        /// figure still looked fine: another process raced us to it).
+        full: BTreeSet<u32>,
+        /// `move_to` does not check liveness itself, so only the executor's own check can
+        /// stop a move into a dead (or pid-reused) process.
+        moves_after_exit: bool,
     }
 
     impl Fake {
@@ -707,7 +713,9 @@ mod tests {
             _flags: u32,
             out: &mut Vec<PageStatus>,
         ) -> Result<usize, ExecError> {
-            self.alive()?;
+            if !self.moves_after_exit {
+                self.alive()?;
+            }
             if !self.nodes.contains_key(&node) {
                 return Err(ExecError::NoSuchNode { pid: 4242, node });
             }
@@ -716,6 +724,10 @@ mod tests {
             let mut lies = 0;
             for &a in pages {
                 let a = a as u64;
+                if self.full.contains(&node) {
+                    out.push(PageStatus::Error(PageError::NoMemory));
+                    continue;
+                }
                 if let Some(left) = self.busy.get_mut(&a).filter(|l| **l > 0) {
                     *left -= 1;
                     out.push(PageStatus::Error(PageError::Busy));
@@ -939,6 +951,51 @@ mod tests {
         assert_eq!(r.watermark_limited_pages, 70);
         assert_eq!(fake.nodes[&0].0, 30 * PAGE);
         assert_eq!(fake.move_calls, vec![16, 14]);
+    }
+
+    #[test]
+    fn a_full_fast_tier_answers_enomem_which_is_counted_and_retried() {
+        let base = 0x1000_0000;
+        let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
+        fake.full.insert(0);
+        let mut ex = Executor::new(ExecConfig {
+            max_attempts: 2,
+            ..ExecConfig::default()
+        });
+        let now = Instant::now();
+        let r1 = ex
+            .execute(&mut fake, &[request(base, 4 * PAGE, 0, PAGE)], now)
+            .unwrap();
+        assert_eq!(r1.pages_moved, 0);
+        assert_eq!(r1.failures.get("enomem"), Some(&4), "{:?}", r1.failures);
+        assert_eq!(
+            r1.retry_queued, 4,
+            "ENOMEM is transient: memory may free up"
+        );
+        // Room appears: the retries go through.
+        fake.full.clear();
+        let r2 = ex.execute(&mut fake, &[], now).unwrap();
+        assert_eq!(r2.pages_moved, 4);
+        assert_eq!(fake.count_on(0), 4);
+    }
+
+    #[test]
+    fn a_target_dead_before_the_move_is_never_touched() {
+        let base = 0x1000_0000;
+        let mut fake = Fake::with_pages(base..base + 8 * PAGE, 1);
+        fake.exited = true;
+        fake.moves_after_exit = true;
+        let mut ex = Executor::new(ExecConfig::default());
+        let r = ex
+            .execute(
+                &mut fake,
+                &[request(base, 8 * PAGE, 0, PAGE)],
+                Instant::now(),
+            )
+            .unwrap();
+        assert_eq!(r.aborted, Some(AbortReason::TargetExited));
+        assert!(fake.move_calls.is_empty(), "no move_pages into a dead pid");
+        assert_eq!(fake.count_on(0), 0);
     }
 
     #[test]
