@@ -113,3 +113,28 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         support::assert_no_memtide_bpf_programs();
     });
 }
+
+/// A sample storm into a ring nobody drains: the BPF side drops and counts (`ring_full`)
+/// instead of blocking the faulting process, and the workload finishes its work.
+#[test]
+fn a_sample_storm_into_a_full_ring_is_dropped_and_counted() {
+    if support::skip_unless_root("a_sample_storm_into_a_full_ring_is_dropped_and_counted") {
+        return;
+    }
+    let mut target = Workload::spawn(&["--pages", "4096", "--no-thp"]);
+    let cpus = aya::util::online_cpus().expect("online CPUs");
+    // One page of ring: room for 128 samples.
+    let mut sampler =
+        Sampler::start(&swfault::spec(cpus, 1, 4096, true)).expect("start swfault sampler");
+    sampler.add_target(target.pid).expect("add target");
+    let _undrained = sampler.take_ring().expect("ring");
+    let reply = target.command("churn 4");
+    assert!(reply.starts_with("churned"), "the workload was not held up: {reply}");
+    let drops = sampler.drop_counts().expect("drop counts");
+    assert!(
+        drops["ring_full"] > 10_000,
+        "4 rounds of 4096 faults into a 128-sample ring must overflow: {drops:?}"
+    );
+    drop(sampler);
+    support::assert_no_memtide_bpf_programs();
+}
