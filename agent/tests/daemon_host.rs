@@ -172,3 +172,75 @@ fn sighup_reloads_and_a_broken_file_keeps_the_running_configuration() {
     );
     assert!(log.contains("configuration reloaded"), "{log}");
 }
+
+/// The pids in /status, ascending.
+fn status_pids(port: u16) -> Vec<u64> {
+    let (_, body) = http_get(port, "/status").expect("/status");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    let mut pids: Vec<u64> = status["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t["pid"].as_u64())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+#[test]
+fn sighup_follows_the_new_file_and_keeps_command_line_targets() {
+    if support::skip_unless_root("sighup_follows_the_new_file_and_keeps_command_line_targets") {
+        return;
+    }
+    let (a, b, c) = (
+        Workload::spawn(&["--pages", "16"]),
+        Workload::spawn(&["--pages", "16"]),
+        Workload::spawn(&["--pages", "16"]),
+    );
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("memtide.toml");
+    let file = |pids: &[u32]| {
+        let list: Vec<String> = pids.iter().map(u32::to_string).collect();
+        std::fs::write(
+            &path,
+            format!(
+                "[agent]\nobserve = true\n[targets]\npids = [{}]\n",
+                list.join(", ")
+            ),
+        )
+        .expect("write config");
+    };
+    file(&[a.pid, b.pid]);
+    let config = path.display().to_string();
+    let agent = Agent::start(
+        &["--config", &config, "--pid", &c.pid.to_string()],
+        Duration::from_secs(20),
+    );
+    let mut all = vec![u64::from(a.pid), u64::from(b.pid), u64::from(c.pid)];
+    all.sort_unstable();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_pids(agent.port) != all && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(status_pids(agent.port), all, "before the reload");
+
+    file(&[a.pid]);
+    let status = Command::new("kill")
+        .args(["-HUP", &agent.child.id().to_string()])
+        .status()
+        .expect("kill -HUP");
+    assert!(status.success());
+    let mut expected = vec![u64::from(a.pid), u64::from(c.pid)];
+    expected.sort_unstable();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while status_pids(agent.port) != expected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let after = status_pids(agent.port);
+    let (exit, log) = agent.stop();
+    assert_eq!(
+        after, expected,
+        "the pid removed from the file is dropped, the --pid one stays:\n{log}"
+    );
+    assert!(exit.success(), "{log}");
+}

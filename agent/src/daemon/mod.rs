@@ -34,7 +34,7 @@ use tokio::{
 use self::{
     notify::Notifier,
     status::AgentStatus,
-    target::{TargetHandle, TargetSpec},
+    target::{ObserveSwitch, TargetHandle, TargetSpec},
 };
 use crate::{
     config::{self, Config, ConfigError},
@@ -52,7 +52,7 @@ use crate::{
         running::{HotnessSource, StartContext, Stream, start_first},
     },
     sysfs::{HostRoot, SysfsError},
-    targets::select::{Selection, Selector, TargetSet},
+    targets::select::{Selection, TargetSet},
     topology::tiering::{HotplugWatch, TieredTopology},
 };
 
@@ -183,6 +183,10 @@ struct Agent {
     /// Notices nodes coming and going (memory hotplug).
     hotplug: HotplugWatch,
     observe_reason: Option<String>,
+    /// The same reason, shared with every target task.
+    observe_switch: ObserveSwitch,
+    /// What `--pid`, `--cgroup` and `--observe` added; kept across reloads.
+    command_line: RunOptions,
     metrics: Metrics,
     status: Arc<RwLock<AgentStatus>>,
     selection: Selection,
@@ -220,7 +224,7 @@ impl Agent {
             label: label_for(&self.root, pid),
             engine: self.config.engine.clone(),
             exec: self.config.migration.clone(),
-            observe: self.observe_reason.clone(),
+            observe: Arc::clone(&self.observe_switch),
             fast_nodes: classes.fast.clone(),
             slow_nodes: classes.slow.clone(),
             nodes,
@@ -294,13 +298,12 @@ impl Agent {
                         slow = ?tiered.classes.slow,
                         "NUMA nodes changed (memory hotplug); tiers re-read"
                     );
-                    self.observe_reason = observe_reason(&self.config, &tiered);
                     if let Ok(mut status) = self.status.write() {
                         status.fast_nodes.clone_from(&tiered.classes.fast);
                         status.slow_nodes.clone_from(&tiered.classes.slow);
-                        status.observe_reason.clone_from(&self.observe_reason);
                     }
                     self.tiered = tiered;
+                    self.update_observe_reason();
                 }
                 Err(error) => tracing::warn!(%error, "re-reading the topology after hotplug"),
             },
@@ -473,6 +476,25 @@ impl Agent {
     }
 
     /// SIGHUP: re-read the file; a broken file keeps the running configuration.
+    /// Recomputes why the agent only observes and tells every target.
+    fn update_observe_reason(&mut self) {
+        let reason = observe_reason(&self.config, &self.tiered);
+        if reason != self.observe_reason {
+            match &reason {
+                Some(reason) => tracing::warn!("not migrating from now on: {reason}"),
+                None => tracing::info!("migrating between tiers from now on"),
+            }
+        }
+        self.observe_reason.clone_from(&reason);
+        if let Ok(mut status) = self.status.write() {
+            status.observe_reason.clone_from(&reason);
+        }
+        match self.observe_switch.write() {
+            Ok(mut switch) => *switch = reason,
+            Err(poisoned) => *poisoned.into_inner() = reason,
+        }
+    }
+
     fn reload(&mut self) {
         let Some(path) = self.config_path.clone() else {
             tracing::info!("SIGHUP: no configuration file in use; nothing to reload");
@@ -486,22 +508,22 @@ impl Agent {
             });
         match loaded {
             Ok(mut config) => {
-                // Command-line additions stay in force.
-                config.agent.observe |= self.config.agent.observe;
-                let command_line: Vec<u32> = self
-                    .selection
-                    .include
-                    .iter()
-                    .filter_map(|s| match s {
-                        Selector::Pid(pid) => Some(*pid),
-                        _ => None,
-                    })
-                    .filter(|pid| !config.targets.pids.contains(pid))
-                    .collect();
-                config.targets.pids.extend(command_line);
+                // Command-line additions stay in force; what the old file said does not.
+                config.agent.observe |= self.command_line.observe;
+                for &pid in &self.command_line.pids {
+                    if !config.targets.pids.contains(&pid) {
+                        config.targets.pids.push(pid);
+                    }
+                }
+                for cgroup in &self.command_line.cgroups {
+                    if !config.targets.cgroups.contains(cgroup) {
+                        config.targets.cgroups.push(cgroup.clone());
+                    }
+                }
                 self.selection = config.targets.selection();
                 self.config = config;
-                tracing::info!(path = %path.display(), "configuration reloaded (engine settings apply to targets found from now on)");
+                self.update_observe_reason();
+                tracing::info!(path = %path.display(), "configuration reloaded (observe mode and targets apply now; engine settings to targets found from now on)");
             }
             Err(error) => {
                 tracing::error!(%error, "SIGHUP: the new configuration is invalid; keeping the running one");
@@ -612,7 +634,9 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         origin,
         tiered,
         hotplug,
+        observe_switch: Arc::new(RwLock::new(observe_reason.clone())),
         observe_reason,
+        command_line: options.clone(),
         metrics,
         status,
         selection,

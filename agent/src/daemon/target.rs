@@ -40,6 +40,9 @@ const PAGE: u64 = 4096;
 /// page it moves anyway.
 const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
 
+/// Why the agent only observes (`Some`), read by every target at each epoch.
+pub type ObserveSwitch = Arc<RwLock<Option<String>>>;
+
 /// Everything a target task needs to start.
 #[derive(Debug, Clone)]
 pub struct TargetSpec {
@@ -48,8 +51,9 @@ pub struct TargetSpec {
     pub label: String,
     pub engine: EngineConfig,
     pub exec: ExecConfig,
-    /// `Some(reason)`: plan but do not move.
-    pub observe: Option<String>,
+    /// `Some(reason)`: plan but do not move. Shared by every target and the agent, so a
+    /// reload or a hotplug that turns observe mode on or off reaches running targets too.
+    pub observe: ObserveSwitch,
     pub fast_nodes: Vec<u32>,
     pub slow_nodes: Vec<u32>,
     /// Where promotions and demotions go.
@@ -303,6 +307,14 @@ enum Epoch {
 }
 
 impl State {
+    fn observing(&self) -> bool {
+        match self.spec.observe.read() {
+            Ok(reason) => reason.is_some(),
+            // A writer panicked mid-update: err on the side of moving nothing.
+            Err(_) => true,
+        }
+    }
+
     fn remember_error(&mut self, error: String) {
         self.status.last_errors.push(error);
         let excess = self.status.last_errors.len().saturating_sub(3);
@@ -363,7 +375,7 @@ impl State {
         let plan = self.engine.plan(now, &placement, &capacity);
         self.record_plan(&plan, metrics);
         let mut moved = false;
-        if self.spec.observe.is_none()
+        if !self.observing()
             && let Some(nodes) = self.spec.nodes
             && !plan.moves.is_empty()
         {
@@ -432,7 +444,7 @@ impl State {
     }
 
     fn record_plan(&mut self, plan: &Plan, metrics: &Metrics) {
-        if self.spec.observe.is_none() && self.spec.nodes.is_some() {
+        if !self.observing() && self.spec.nodes.is_some() {
             return;
         }
         // Observe mode: what the plan would have moved, had migration been on.
