@@ -111,6 +111,7 @@ pub struct Metrics {
     pub engine_memory_bytes: Gauge,
     pub bpf_run_seconds: Family<ProgramLabel, CounterF64>,
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
+    pub engine_untracked_samples: Family<TargetLabel, Counter>,
     pub sampling_cpu_ratio: GaugeF64,
     build_info: Family<VersionLabel, Gauge>,
 }
@@ -202,6 +203,11 @@ impl Metrics {
             "bpf_run_seconds",
             "Kernel time spent in memtide's BPF programs",
             m.bpf_run_seconds.clone(),
+        );
+        registry.register(
+            "engine_untracked_samples",
+            "Samples left out because the target's engine was at [engine] max_superpages",
+            m.engine_untracked_samples.clone(),
         );
         registry.register(
             "sample_period_scale",
@@ -493,6 +499,9 @@ mod tests {
             })
             .set(2.0);
         m.sampling_cpu_ratio.set(0.008);
+        m.engine_untracked_samples
+            .get_or_create(&TargetLabel { target: target() })
+            .inc();
         (m, registry)
     }
 

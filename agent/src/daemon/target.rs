@@ -70,6 +70,8 @@ struct State {
     status: TargetStatus,
     /// The last placement query and when it ran.
     placement: Option<(Instant, TierPlacement)>,
+    /// `untracked_samples` already counted in the metric.
+    untracked_published: u64,
 }
 
 /// A sample stands for `period` accesses: the BPF program stamps the sample period as its
@@ -419,6 +421,25 @@ impl State {
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
         let stats = self.engine.stats();
+        let untracked = stats
+            .untracked_samples
+            .saturating_sub(self.untracked_published);
+        if untracked > 0 {
+            if self.untracked_published == 0 {
+                tracing::warn!(
+                    pid = self.spec.pid,
+                    max = self.engine.config().max_superpages,
+                    "engine at [engine] max_superpages; samples of new superpages are left out (memtide_engine_untracked_samples_total)"
+                );
+            }
+            self.untracked_published = stats.untracked_samples;
+            metrics
+                .engine_untracked_samples
+                .get_or_create(&TargetLabel {
+                    target: label.clone(),
+                })
+                .inc_by(untracked);
+        }
         #[expect(clippy::cast_precision_loss, reason = "milliseconds of an epoch")]
         let epoch_seconds = stats.epoch_ms as f64 / 1000.0;
         metrics
@@ -596,6 +617,7 @@ pub fn spawn(
         engine,
         executor,
         placement: None,
+        untracked_published: 0,
     };
     let task = tokio::spawn(run(state, samples_rx, damon_rx, origin, metrics, status));
     Ok(TargetHandle {

@@ -96,6 +96,11 @@ pub struct EngineConfig {
     pub damon_weight: u32,
     /// Smoothing of the access-rate estimate (weight of the newest interval). Default 0.3.
     pub rate_smoothing: f64,
+    /// Hard cap on superpages tracked in stage 1 (about 40 bytes each): a sample storm over a
+    /// sparse address space cannot grow the engine past it. Samples of superpages beyond the
+    /// cap are counted (`untracked_samples`) and left out until cold records are forgotten.
+    /// Default 1048576 (2 TiB of touched address space, about 40 MiB).
+    pub max_superpages: usize,
     /// Placement policy.
     pub policy: PolicyConfig,
 }
@@ -114,6 +119,7 @@ impl Default for EngineConfig {
             retain_intervals: 512,
             damon_weight: 1,
             rate_smoothing: 0.3,
+            max_superpages: 1 << 20,
             policy: PolicyConfig::default(),
         }
     }
@@ -138,6 +144,12 @@ impl EngineConfig {
             "top_n_max",
             self.top_n_max,
             "must fit in u32",
+        )?;
+        check(
+            self.max_superpages >= self.top_n_max && self.max_superpages < u32::MAX as usize,
+            "max_superpages",
+            self.max_superpages,
+            "must be at least top_n_max (stage 2 picks from stage 1) and fit in u32",
         )?;
         check(
             self.hot_coverage > 0.0 && self.hot_coverage <= 1.0,
@@ -181,6 +193,8 @@ impl EngineConfig {
 pub struct EngineStats {
     /// Counting intervals closed so far.
     pub intervals: u64,
+    /// Samples (or DAMON region pieces) left out because stage 1 was at `max_superpages`.
+    pub untracked_samples: u64,
     /// Superpages with a stage-1 record.
     pub touched_superpages: u64,
     /// Superpages with stage-2 counters, and the current N.
@@ -299,6 +313,10 @@ impl Engine {
             (Some(idx), _) => idx,
             (None, Some((last_sp, idx))) if last_sp == sp => idx,
             (None, _) => {
+                if self.stage1.len() >= self.cfg.max_superpages && self.stage1.find(sp).is_none() {
+                    self.stats.untracked_samples += 1;
+                    return;
+                }
                 let idx = self.stage1.find_or_insert(sp);
                 self.last = Some((sp, idx));
                 idx
@@ -332,6 +350,13 @@ impl Engine {
                 let sp_end = ((addr >> SUPERPAGE_SHIFT) + 1) << SUPERPAGE_SHIFT;
                 let end = sp_end.min(r.end);
                 let pages = (end - addr).div_ceil(PAGE_SIZE);
+                if self.stage1.len() >= self.cfg.max_superpages
+                    && self.stage1.find(addr >> SUPERPAGE_SHIFT).is_none()
+                {
+                    self.stats.untracked_samples += 1;
+                    addr = end;
+                    continue;
+                }
                 let idx = self.stage1.find_or_insert(addr >> SUPERPAGE_SHIFT);
                 let rec = self.stage1.get_mut(idx);
                 let add = u16::try_from(u64::from(per_page) * pages).unwrap_or(u16::MAX);

@@ -739,3 +739,61 @@ fn granularity_clustered_moves_64k_chunks() {
     );
     assert!(s.get(&(64 * 1024)).copied().unwrap_or(0.0) >= 0.9, "{s:?}");
 }
+
+#[test]
+fn a_sample_storm_over_a_sparse_terabyte_stays_under_the_superpage_cap() {
+    const TIB: u64 = 1 << 40;
+    let cap = 1 << 14;
+    let capped = EngineConfig {
+        max_superpages: cap,
+        ..cfg()
+    };
+    capped.validate().unwrap();
+    let mut engine = Engine::new(capped).unwrap();
+    let mut rng = SplitMix64::new(7);
+    // 2^18 samples, each on a random superpage of 1 TiB (512 Ki superpages): nearly all new.
+    let samples: Vec<Sample> = (0..1 << 18)
+        .map(|_| load(0x7f00_0000_0000 + ((rng.next_u64() % TIB) & !(PAGE_SIZE - 1))))
+        .collect();
+    for (i, batch) in samples.chunks(4096).enumerate() {
+        engine.observe_samples(batch, ms(i as u64));
+    }
+    let stats = engine.stats();
+    assert!(
+        stats.touched_superpages <= cap as u64,
+        "{}",
+        stats.touched_superpages
+    );
+    assert!(
+        stats.untracked_samples > (1 << 17),
+        "{}",
+        stats.untracked_samples
+    );
+    // Records plus a 4/3-loaded power-of-two slot table, plus the fixed arrays.
+    let bound = Engine::new(cfg()).unwrap().memory_bytes() + cap * 64;
+    assert!(
+        engine.memory_bytes() <= bound,
+        "{} bytes over the {bound}-byte bound",
+        engine.memory_bytes()
+    );
+    let mut unlimited = Engine::new(cfg()).unwrap();
+    for (i, batch) in samples.chunks(4096).enumerate() {
+        unlimited.observe_samples(batch, ms(i as u64));
+    }
+    assert!(
+        unlimited.memory_bytes() > 4 * engine.memory_bytes(),
+        "the cap is what bounds it: {} vs {}",
+        unlimited.memory_bytes(),
+        engine.memory_bytes()
+    );
+}
+
+#[test]
+fn max_superpages_below_top_n_max_is_refused_by_name() {
+    let bad = EngineConfig {
+        max_superpages: 10,
+        ..cfg()
+    };
+    let error = bad.validate().unwrap_err();
+    assert!(error.to_string().contains("max_superpages"), "{error}");
+}
