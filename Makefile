@@ -38,6 +38,7 @@ run: build
 ## scraping a real agent), then the two-node VM suite.
 test: bootstrap
 	$(MAKE) host-test
+	$(MAKE) fuzz-ci
 	$(MAKE) deploy-check
 	$(MAKE) deploy-e2e
 	$(MAKE) vm-test
@@ -48,7 +49,7 @@ host-test: bootstrap-host
 vm-test: bootstrap-vm
 	bash vm/test.sh
 
-lint: bootstrap-host fmt clippy clippy-ebpf
+lint: bootstrap-host fmt clippy clippy-ebpf lint-fuzz
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -119,3 +120,25 @@ deploy-e2e: build
 	$(CARGO) build --release --bin memtide-workload
 	MEMTIDE_BIN=$(RELEASE_BIN) MEMTIDE_WORKLOAD_BIN=target/release/memtide-workload \
 		bash deploy/tests/prometheus-e2e.sh
+
+# --- Fuzzing (cargo fuzz on nightly; fuzz/, docs/reliability.md) -------------------------------
+# `make fuzz` runs every target for FUZZ_SECONDS from its committed corpus; `make test` runs the
+# bounded `fuzz-ci` (FUZZ_CI_SECONDS per target, as many at once as there are CPUs). Neither
+# adds what it discovers to fuzz/corpus; crashes land in fuzz/artifacts/TARGET/.
+FUZZ_SECONDS ?= 300
+FUZZ_CI_SECONDS ?= 30
+
+.PHONY: fuzz fuzz-ci lint-fuzz
+
+fuzz: bootstrap-host
+	bash scripts/fuzz.sh $(FUZZ_SECONDS)
+
+fuzz-ci: bootstrap-host
+	bash scripts/fuzz.sh $(FUZZ_CI_SECONDS)
+
+# The fuzz crate is a workspace of its own: format and clippy it separately. It shares the main
+# workspace's target directory (and so its clippy's work on the agent and its dependencies).
+lint-fuzz:
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml -- --check
+	$(CARGO) clippy --manifest-path fuzz/Cargo.toml --target-dir "$${CARGO_TARGET_DIR:-target}" \
+		--all-targets -- -D warnings

@@ -3,7 +3,8 @@
 # Idempotent: a second run on a prepared machine only checks and prints "ok" lines.
 #
 #   scripts/bootstrap.sh host   toolchain for the agent and its BPF object (nightly + rust-src,
-#                               bpf-linker 0.10.4) and the Debian tools the host tests use
+#                               bpf-linker 0.10.4), cargo-fuzz 0.13.2 for the fuzz targets, and
+#                               the Debian tools the host tests use
 #   scripts/bootstrap.sh vm     host + what `make vm-test` needs (QEMU, Debian's 6.12 kernel,
 #                               virtme-ng, numactl)
 #   scripts/bootstrap.sh all    everything (default)
@@ -25,10 +26,21 @@ case "$what" in host | vm | all | deploy) ;; *)
 esac
 
 BPF_LINKER_VERSION=0.10.4
+CARGO_FUZZ_VERSION=0.13.2
 VM_KERNEL_PACKAGE=linux-image-6.12.100+deb12-amd64
 VIRTME_NG_VERSION=1.42
 
 say() { printf 'bootstrap: %s\n' "$*"; }
+# Another apt or dpkg (unattended upgrades, a second bootstrap) may hold the lock: wait for it
+# rather than fail, and finish an install someone else left half-configured.
+apt_get() { apt-get -o DPkg::Lock::Timeout=900 "$@"; }
+apt_install() {
+    if ! DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "$@"; then
+        say "apt-get install failed; finishing pending package configuration and retrying once"
+        DEBIAN_FRONTEND=noninteractive dpkg --configure -a || true
+        DEBIAN_FRONTEND=noninteractive apt_get install -y -qq --no-install-recommends "$@"
+    fi
+}
 need_root() {
     if [ "$(id -u)" -ne 0 ]; then
         say "need root to install $1 (run: sudo $0 $what)" >&2
@@ -61,9 +73,9 @@ if [ "$what" = deploy ]; then
     if [ "${#deploy_missing[@]}" -gt 0 ]; then
         need_root "${deploy_missing[*]}"
         say "apt-get update"
-        apt-get update -qq
+        apt_get update -qq
         say "installing ${deploy_missing[*]} (the package's own service is not started: policy-rc.d or no systemd)"
-        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${deploy_missing[@]}" >/dev/null
+        apt_install "${deploy_missing[@]}" >/dev/null
     fi
     pip_missing=()
     for spec in "${DEPLOY_PIP_PACKAGES[@]}"; do
@@ -125,6 +137,14 @@ else
     cargo install bpf-linker --version "$BPF_LINKER_VERSION" --locked
 fi
 
+# --- cargo-fuzz: builds and runs the fuzz targets (fuzz/, scripts/fuzz.sh) with nightly ---------
+if cargo fuzz --version 2>/dev/null | grep -q "^cargo-fuzz $CARGO_FUZZ_VERSION\$"; then
+    say "ok: cargo-fuzz $CARGO_FUZZ_VERSION"
+else
+    say "installing cargo-fuzz $CARGO_FUZZ_VERSION (cargo install --locked; about 2 minutes on 2 cores)"
+    cargo install cargo-fuzz --version "$CARGO_FUZZ_VERSION" --locked
+fi
+
 # --- Debian packages ----------------------------------------------------------------------------
 apt_updated=0
 install_debs() {
@@ -143,16 +163,17 @@ install_debs() {
     need_root "${missing[*]}"
     if [ "$apt_updated" -eq 0 ]; then
         say "apt-get update"
-        apt-get update -qq
+        apt_get update -qq
         apt_updated=1
     fi
     say "installing ${missing[*]}"
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    apt_install "${missing[@]}" >/dev/null
 }
 
 # bpftool: the tests check that no BPF program is left attached after the agent exits.
 # numactl: migratepages and numactl -H for the migration benchmark and the VM checks.
-install_debs bpftool numactl
+# wrk: scripts/load-test.sh (the /metrics and /status load figures in docs/reliability.md).
+install_debs bpftool numactl wrk
 
 if [ "$what" = host ]; then
     say "host set-up done"

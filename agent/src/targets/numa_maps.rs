@@ -53,10 +53,15 @@ pub struct NumaMap {
 }
 
 impl NumaMap {
-    /// Bytes on `node`.
+    /// Bytes on `node`. Saturates at `u64::MAX` (only a corrupt file has that many pages).
     #[must_use]
     pub fn bytes_on(&self, node: u32) -> u64 {
-        self.nodes.get(&node).copied().unwrap_or(0) * self.kernel_page_kb * 1024
+        self.nodes
+            .get(&node)
+            .copied()
+            .unwrap_or(0)
+            .saturating_mul(self.kernel_page_kb)
+            .saturating_mul(1024)
     }
 }
 
@@ -151,13 +156,14 @@ pub fn parse(path: &Path, text: &str) -> Result<Vec<NumaMap>, SysfsError> {
         .collect()
 }
 
-/// Bytes per node summed over `entries`.
+/// Bytes per node summed over `entries` (saturating, like [`NumaMap::bytes_on`]).
 #[must_use]
 pub fn bytes_per_node(entries: &[NumaMap]) -> BTreeMap<u32, u64> {
     let mut out = BTreeMap::new();
     for entry in entries {
         for &node in entry.nodes.keys() {
-            *out.entry(node).or_insert(0) += entry.bytes_on(node);
+            let total: &mut u64 = out.entry(node).or_insert(0);
+            *total = total.saturating_add(entry.bytes_on(node));
         }
     }
     out
@@ -225,6 +231,21 @@ mod tests {
             let err = parse(Path::new("/proc/7/numa_maps"), bad).unwrap_err();
             assert!(err.to_string().starts_with("/proc/7/numa_maps"), "{err}");
         }
+    }
+
+    /// Found by the `proc_numa_maps` fuzz target: a page count times the page size that does not
+    /// fit in 64 bits overflowed (a panic with overflow checks, a wrapped total without).
+    #[test]
+    fn huge_page_counts_saturate_instead_of_overflowing() {
+        let text = "1000 default anon=1 N0=18446744073709551615 N1=2 kernelpagesize_kB=4\n\
+                    2000 default anon=1 N0=9007199254740992 kernelpagesize_kB=2048\n";
+        let maps = parse(Path::new("numa_maps"), text).unwrap();
+        assert_eq!(maps[0].bytes_on(0), u64::MAX);
+        assert_eq!(maps[0].bytes_on(1), 2 * 4096);
+        assert_eq!(maps[1].bytes_on(0), u64::MAX);
+        let total = bytes_per_node(&maps);
+        assert_eq!(total[&0], u64::MAX);
+        assert_eq!(total[&1], 2 * 4096);
     }
 
     #[test]

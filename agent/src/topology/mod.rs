@@ -104,7 +104,8 @@ impl Topology {
 
 fn read_nodes(root: &HostRoot) -> Result<Vec<Node>, SysfsError> {
     let node_dir = root.path(NODE_DIR);
-    let ids = match sysfs::read_list_optional(&node_dir.join("online"))? {
+    let online = node_dir.join("online");
+    let ids = match sysfs::read_list_optional(&online)? {
         Some(ids) => ids,
         None => sysfs::numbered_entries(&node_dir, "node")?
             .unwrap_or_default()
@@ -112,6 +113,15 @@ fn read_nodes(root: &HostRoot) -> Result<Vec<Node>, SysfsError> {
             .map(|(id, _)| id)
             .collect(),
     };
+    // A NUMA kernel always has node 0 online: an empty list is a broken file, and accepting it
+    // would break the "never empty" promise of `Topology::nodes`.
+    if ids.is_empty() {
+        return Err(if sysfs::exists(&online) {
+            SysfsError::parse(&online, "", "a non-empty node list")
+        } else {
+            SysfsError::parse(&node_dir, "", "at least one nodeN directory")
+        });
+    }
     ids.into_iter()
         .map(|id| {
             let dir = node_dir.join(format!("node{id}"));
@@ -476,6 +486,21 @@ mod tests {
                 demotion_enabled: Some(true)
             }
         );
+    }
+
+    /// Found by the `sysfs_topology` fuzz target: an empty `node/online` (or a node directory
+    /// without `nodeN` entries) gave a topology with no node at all, which `Topology::nodes`
+    /// promises never happens.
+    #[test]
+    fn an_empty_node_list_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let r = dir.path();
+        write(r, "sys/devices/system/node/online", "\n");
+        let err = Topology::read(&HostRoot::new(r)).unwrap_err();
+        assert!(err.path().ends_with("node/online"), "{err}");
+        fs::remove_file(r.join("sys/devices/system/node/online")).unwrap();
+        let err = Topology::read(&HostRoot::new(r)).unwrap_err();
+        assert!(err.path().ends_with("system/node"), "{err}");
     }
 
     #[test]

@@ -1,0 +1,71 @@
+//! The native trace reader (`agent/src/sim/trace/native.rs`).
+//!
+//! Properties: reading through a 13-byte buffer in batches of 7 gives exactly what a 64 KiB
+//! buffer in batches of 4096 gives (records straddling buffer boundaries decode the same); a
+//! trace that reads without error has a whole number of records, and writing its header and
+//! records back with `NativeWriter` reproduces the input byte for byte (the writer raises a zero
+//! record weight or MLP to 1, as the reader does); the format detector calls it native exactly
+//! when it starts with the magic.
+#![no_main]
+
+use libfuzzer_sys::fuzz_target;
+use memtide::sim::trace::{
+    self, Format, RecordSource as _, TraceMeta,
+    native::{MAGIC, NativeReader, NativeWriter},
+};
+use memtide_fuzz::{drain, trace_input};
+
+fn read(
+    data: &[u8],
+    capacity: usize,
+    batch: usize,
+) -> Result<(TraceMeta, memtide_fuzz::Drained), String> {
+    let mut reader = NativeReader::new(trace_input(data, capacity)).map_err(|e| e.to_string())?;
+    let drained = drain(&mut reader, batch);
+    Ok((reader.meta().clone(), drained))
+}
+
+fuzz_target!(|data: &[u8]| {
+    let detected = trace::detect(&mut *trace_input(data, 1 << 16)).expect("in-memory input");
+    assert_eq!(
+        matches!(detected, Ok(Format::Native)),
+        data.starts_with(MAGIC),
+        "detection of a native trace"
+    );
+
+    let whole = read(data, 1 << 16, 4096);
+    let straddled = read(data, 13, 7);
+    let (meta, drained) = match (whole, straddled) {
+        (Err(a), Err(b)) => {
+            assert_eq!(a, b, "header errors differ with the buffer size");
+            return;
+        }
+        (Ok((meta_a, a)), Ok((meta_b, b))) => {
+            assert_eq!(meta_a, meta_b);
+            assert_eq!(a.records, b.records, "records differ with the buffer size");
+            assert_eq!(
+                a.error.as_ref().map(ToString::to_string),
+                b.error.as_ref().map(ToString::to_string),
+                "errors differ with the buffer size"
+            );
+            (meta_a, a)
+        }
+        (a, b) => panic!("header accepted with one buffer size only: {a:?} / {b:?}"),
+    };
+    assert!(meta.record_weight >= 1 && meta.mlp >= 1);
+    if drained.error.is_some() {
+        return;
+    }
+    let body = &data[32..];
+    assert_eq!(body.len() % 8, 0, "a truncated record was accepted");
+    assert_eq!(drained.records.len(), body.len() / 8);
+
+    let mut writer = NativeWriter::new(Vec::new(), &meta).expect("writing to a Vec");
+    writer.write(&drained.records).expect("writing to a Vec");
+    assert_eq!(writer.records(), drained.records.len() as u64);
+    let written = writer.finish().expect("writing to a Vec");
+    let mut expected = data.to_vec();
+    expected[12..16].copy_from_slice(&meta.record_weight.to_le_bytes());
+    expected[16..20].copy_from_slice(&meta.mlp.to_le_bytes());
+    assert_eq!(written, expected, "write(read(trace)) is not the trace");
+});
