@@ -1,6 +1,6 @@
 //! `memtide run` on this machine (one node, swfault): samples and hot bytes appear for a
 //! child that keeps mapping, touching and unmapping memory; `memtide status` shows its row;
-//! SIGTERM exits 0 and leaves no BPF program behind. Bad configurations fail by key.
+//! SIGTERM and SIGINT exit 0 and leave no BPF program behind. Bad configurations fail by key.
 mod support;
 
 use std::{
@@ -63,6 +63,31 @@ fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
 
     let (exit, log) = agent.stop();
     assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
+    assert!(log.contains("memtide stopped"), "{log}");
+    support::assert_no_memtide_bpf_programs();
+}
+
+/// SIGINT (Ctrl-C in a terminal) is a clean stop like SIGTERM, not the default kill: exit 0,
+/// the shutdown logged, the BPF programs detached.
+#[test]
+fn sigint_stops_cleanly_like_sigterm() {
+    if support::skip_unless_root("sigint_stops_cleanly_like_sigterm") {
+        return;
+    }
+    let mut workload = Workload::spawn(&["--pages", "1024", "--no-thp"]);
+    let pid = workload.pid.to_string();
+    let agent = Agent::start(&["--pid", &pid], Duration::from_secs(20));
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut samples = 0.0;
+    while Instant::now() < deadline && samples == 0.0 {
+        assert!(workload.command("churn 2").starts_with("churned"));
+        let metrics = http_get(agent.port, "/metrics").expect("/metrics").1;
+        samples = metric_value(&metrics, "memtide_samples_total{", "swfault").unwrap_or(0.0);
+    }
+    assert!(samples > 0.0, "the source never sampled:\n{}", agent.log());
+    let (exit, log) = agent.stop_with("INT");
+    assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
+    assert!(log.contains("SIGINT: stopping"), "{log}");
     assert!(log.contains("memtide stopped"), "{log}");
     support::assert_no_memtide_bpf_programs();
 }

@@ -1,6 +1,7 @@
 //! Faults the agent must survive on this machine, each checked for its log line, its exit code
 //! or metric, and for leaving nothing attached: the metrics port taken, BPF refused for want of
-//! a capability, the exact documented capability set, a removed cgroup target, a ring overflow.
+//! a capability, the exact documented capability set, a removed cgroup target, a pid reused by
+//! another process after the target exited.
 //! (VM-level faults live in tests/vm/; executor faults in the executor's unit tests.)
 mod support;
 
@@ -218,4 +219,84 @@ fn a_removed_cgroup_target_is_reported_and_the_other_targets_stay() {
         "the removed cgroup is reported once, by name, not every second:\n{log}"
     );
     assert!(exit.success(), "{log}");
+}
+
+/// Kills and reaps `child`, then spawns `sleep` processes until one gets the same pid (the
+/// kernel is asked for it through `ns_last_pid`; another process may take it first, so this
+/// tries a few times). Returns the impostor, or None when the pid could not be had.
+fn respawn_with_pid(mut child: std::process::Child) -> Option<std::process::Child> {
+    let pid = child.id();
+    child.kill().expect("kill the first process");
+    child.wait().expect("reap the first process");
+    for _ in 0..50 {
+        if std::fs::write("/proc/sys/kernel/ns_last_pid", (pid - 1).to_string()).is_err() {
+            return None;
+        }
+        let mut impostor = Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .expect("spawn sleep");
+        if impostor.id() == pid {
+            return Some(impostor);
+        }
+        let _ = impostor.kill();
+        let _ = impostor.wait();
+    }
+    None
+}
+
+/// The pidfd guard: a target whose pid now names another process is exited for memtide,
+/// reads and page moves through it are refused, and the impostor is never touched.
+#[test]
+fn a_reused_pid_is_never_mistaken_for_the_target() {
+    use memtide::{
+        exec::{Backend as _, ExecError, KernelBackend},
+        sysfs::HostRoot,
+        targets::{Target, TargetError},
+    };
+    if support::skip_unless_root("a_reused_pid_is_never_mistaken_for_the_target") {
+        return;
+    }
+    let first = Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .expect("spawn sleep");
+    let pid = first.id();
+    let target = Target::open(pid).expect("open the target");
+    assert!(target.maps().is_ok());
+    let Some(mut impostor) = respawn_with_pid(first) else {
+        support::skip(
+            "a_reused_pid_is_never_mistaken_for_the_target",
+            "could not get the same pid again (ns_last_pid not writable or always taken)",
+        );
+        return;
+    };
+    assert!(
+        std::fs::metadata(format!("/proc/{pid}/maps")).is_ok(),
+        "the impostor holds pid {pid}"
+    );
+    assert!(target.exited().expect("poll the pidfd"));
+    assert!(
+        matches!(target.maps(), Err(TargetError::Exited { .. })),
+        "maps of the impostor were read through the old target: {:?}",
+        target.maps().map(|maps| maps.len())
+    );
+    let mut backend = KernelBackend::new(&target, HostRoot::new("/")).expect("backend");
+    let pages = [0x7f00_0000_0000_usize];
+    let mut out = Vec::new();
+    assert!(matches!(
+        backend.query(&pages, &mut out),
+        Err(TargetError::Exited { .. })
+    ));
+    assert!(matches!(
+        backend.move_to(&pages, 0, 0, &mut out),
+        Err(ExecError::Target(TargetError::Exited { .. }))
+    ));
+    assert!(out.is_empty(), "no page status came back from the impostor");
+    assert!(
+        impostor.try_wait().expect("impostor status").is_none(),
+        "the impostor still runs"
+    );
+    let _ = impostor.kill();
+    let _ = impostor.wait();
 }

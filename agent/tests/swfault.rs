@@ -129,7 +129,10 @@ fn a_sample_storm_into_a_full_ring_is_dropped_and_counted() {
     sampler.add_target(target.pid).expect("add target");
     let _undrained = sampler.take_ring().expect("ring");
     let reply = target.command("churn 4");
-    assert!(reply.starts_with("churned"), "the workload was not held up: {reply}");
+    assert!(
+        reply.starts_with("churned"),
+        "the workload was not held up: {reply}"
+    );
     let drops = sampler.drop_counts().expect("drop counts");
     assert!(
         drops["ring_full"] > 10_000,

@@ -5,13 +5,15 @@
 use std::{
     net::SocketAddr,
     sync::{
-        Arc, RwLock,
+        Arc, Mutex, RwLock,
         atomic::{AtomicBool, Ordering},
     },
+    time::{Duration, Instant},
 };
 
 use axum::{
     Router,
+    body::Bytes,
     extract::State,
     http::{HeaderMap, StatusCode, header},
     response::{IntoResponse, Response},
@@ -23,30 +25,87 @@ use tokio::net::TcpListener;
 use super::status::AgentStatus;
 use crate::metrics;
 
+/// How long an encoded response is served again. The agent publishes its metrics once a
+/// second and targets at each epoch, so a fresher answer would say nothing new; a burst of
+/// scrapes (many Prometheus replicas, a dashboard storm) then costs a reference-count bump per
+/// request instead of an encode, and cannot starve sampling of CPU.
+const RESPONSE_TTL: Duration = Duration::from_millis(250);
+
 /// What the handlers read.
 #[derive(Clone, Debug)]
 pub struct Shared {
     pub registry: Arc<Registry>,
     pub status: Arc<RwLock<AgentStatus>>,
     pub ready: Arc<AtomicBool>,
+    pub cache: Arc<Mutex<ResponseCache>>,
+}
+
+impl Shared {
+    #[must_use]
+    pub fn new(
+        registry: Arc<Registry>,
+        status: Arc<RwLock<AgentStatus>>,
+        ready: Arc<AtomicBool>,
+    ) -> Self {
+        Self {
+            registry,
+            status,
+            ready,
+            cache: Arc::default(),
+        }
+    }
+
+    fn cached(&self, which: Cached, encode: impl FnOnce(&Self) -> Bytes) -> Bytes {
+        let mut cache = match self.cache.lock() {
+            Ok(cache) => cache,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let slot = &mut cache.entries[which as usize];
+        if let Some((at, body)) = slot
+            && at.elapsed() < RESPONSE_TTL
+        {
+            return body.clone();
+        }
+        // Encoded under the lock: concurrent requests wait for this one encode rather than
+        // each doing their own.
+        let body = encode(self);
+        *slot = Some((Instant::now(), body.clone()));
+        body
+    }
+}
+
+#[derive(Clone, Copy)]
+enum Cached {
+    OpenMetrics,
+    Text,
+    Status,
+}
+
+/// Recently encoded responses, by [`Cached`] kind.
+#[derive(Debug, Default)]
+pub struct ResponseCache {
+    entries: [Option<(Instant, Bytes)>; 3],
 }
 
 /// OpenMetrics for clients that ask for it (Prometheus does), the classic text format
 /// otherwise (curl, promtool, older scrapers).
 async fn metrics_handler(State(shared): State<Shared>, headers: HeaderMap) -> Response {
-    let body = metrics::encode(&shared.registry);
     let wants_openmetrics = headers
         .get(header::ACCEPT)
         .and_then(|accept| accept.to_str().ok())
         .is_some_and(|accept| accept.contains("application/openmetrics-text"));
     if wants_openmetrics {
+        let body = shared.cached(Cached::OpenMetrics, |shared| {
+            Bytes::from(metrics::encode(&shared.registry))
+        });
         ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], body).into_response()
     } else {
-        (
-            [(header::CONTENT_TYPE, metrics::TEXT_CONTENT_TYPE)],
-            metrics::to_prometheus_text(&body),
-        )
-            .into_response()
+        let body = shared.cached(Cached::Text, |shared| {
+            Bytes::from(metrics::to_prometheus_text(&metrics::encode(
+                &shared.registry,
+            )))
+        });
+        ([(header::CONTENT_TYPE, metrics::TEXT_CONTENT_TYPE)], body).into_response()
     }
 }
 
@@ -63,14 +122,15 @@ async fn readyz(State(shared): State<Shared>) -> Response {
 }
 
 async fn status_handler(State(shared): State<Shared>) -> Response {
-    let body = match shared.status.read() {
-        Ok(status) => serde_json::to_string_pretty(&*status),
-        Err(poisoned) => serde_json::to_string_pretty(&*poisoned.into_inner()),
-    };
-    match body {
-        Ok(json) => ([(header::CONTENT_TYPE, "application/json")], json).into_response(),
-        Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
-    }
+    let body = shared.cached(Cached::Status, |shared| {
+        let json = match shared.status.read() {
+            Ok(status) => serde_json::to_string_pretty(&*status),
+            Err(poisoned) => serde_json::to_string_pretty(&*poisoned.into_inner()),
+        };
+        // AgentStatus holds only strings, numbers and maps with string keys.
+        Bytes::from(json.unwrap_or_else(|error| format!("{{\"error\": \"{error}\"}}")))
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body).into_response()
 }
 
 /// The router, separate from binding so tests can drive it.

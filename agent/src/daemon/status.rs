@@ -31,6 +31,9 @@ pub struct TargetStatus {
     pub fast_hit_ratio: Option<f64>,
     pub granularity_bytes: u64,
     pub epoch_seconds: f64,
+    /// Epochs planned so far (each one plan, executed unless observing).
+    #[serde(default)]
+    pub epochs: u64,
     pub samples: u64,
     pub promoted_bytes: u64,
     pub demoted_bytes: u64,

@@ -19,7 +19,7 @@ use crate::{
     engine::{DamonObservation, Engine, EngineConfig, Sample},
     exec::{ExecConfig, ExecReport, Executor, KernelBackend, TierNodes, requests_from_plan},
     metrics::{Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier},
-    policy::{CapacityView, Direction, Plan},
+    policy::{CapacityView, Direction, PlacementView, Plan, Residency, SUBPAGES, Tier},
     sysfs::HostRoot,
     targets::{
         Target, TargetError,
@@ -72,6 +72,156 @@ struct State {
     placement: Option<(Instant, TierPlacement)>,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
+    /// Observe mode: where the plans so far would have put memory.
+    assumed: Assumed,
+}
+
+/// What observe mode assumes moved: the ranges its plans would have migrated, by the tier
+/// they would now be on, non-overlapping and merged. Each plan sees the placement with these
+/// applied, so a range is counted as "would move" once, as a migrating agent moves it once,
+/// instead of at every epoch for as long as it stays hot.
+#[derive(Debug, Default)]
+struct Assumed {
+    /// start → (end, on the fast tier).
+    ranges: BTreeMap<u64, (u64, bool)>,
+}
+
+impl Assumed {
+    /// Records `[start, end)` as moved to the fast (or slow) tier, replacing what was assumed
+    /// there before.
+    fn record(&mut self, start: u64, end: u64, fast: bool) {
+        if start >= end {
+            return;
+        }
+        // Cut what overlaps, keeping the parts outside [start, end).
+        let overlapping: Vec<(u64, (u64, bool))> = self
+            .ranges
+            .range(..end)
+            .rev()
+            .take_while(|(_, (e, _))| *e > start)
+            .map(|(s, v)| (*s, *v))
+            .collect();
+        for (s, (e, f)) in overlapping {
+            self.ranges.remove(&s);
+            if s < start {
+                self.ranges.insert(s, (start, f));
+            }
+            if e > end {
+                self.ranges.insert(end, (e, f));
+            }
+        }
+        let (mut start, mut end) = (start, end);
+        // Merge with touching neighbours on the same tier.
+        if let Some((&s, &(e, f))) = self.ranges.range(..start).next_back()
+            && e == start
+            && f == fast
+        {
+            self.ranges.remove(&s);
+            start = s;
+        }
+        if let Some(&(e, f)) = self.ranges.get(&end)
+            && f == fast
+        {
+            self.ranges.remove(&end);
+            end = e;
+        }
+        self.ranges.insert(start, (end, fast));
+    }
+
+    /// The assumed ranges overlapping `[start, end)`, clipped to it: (start, end, fast).
+    fn overlapping(&self, start: u64, end: u64) -> impl Iterator<Item = (u64, u64, bool)> + '_ {
+        let first = self
+            .ranges
+            .range(..=start)
+            .next_back()
+            .map_or(start, |(&s, _)| s);
+        self.ranges
+            .range(first..end)
+            .filter(move |(_, (e, _))| *e > start)
+            .map(move |(&s, &(e, fast))| (s.max(start), e.min(end), fast))
+    }
+}
+
+/// The placement observe mode plans against: the real one (the query, untouched, so the
+/// gauges and the cached query stay true), with the moves earlier plans would have made laid
+/// over its resident pages.
+struct AssumedView<'a> {
+    real: &'a TierPlacement,
+    assumed: &'a Assumed,
+}
+
+impl PlacementView for AssumedView<'_> {
+    fn tier_of(&self, page: u64) -> Option<Tier> {
+        let real = self.real.tier_of(page)?;
+        Some(match self.assumed.overlapping(page, page + PAGE).next() {
+            Some((_, _, true)) => Tier::Fast,
+            Some((_, _, false)) => Tier::Slow,
+            None => real,
+        })
+    }
+
+    fn residency(&self, superpage: u64) -> Residency {
+        let mut residency = self.real.residency(superpage);
+        let end = superpage + SUBPAGES as u64 * PAGE;
+        for (start, stop, fast) in self.assumed.overlapping(superpage, end) {
+            let tier = if fast { Tier::Fast } else { Tier::Slow };
+            let first = usize::try_from((start - superpage) / PAGE).unwrap_or(SUBPAGES);
+            let last = usize::try_from((stop - superpage).div_ceil(PAGE)).unwrap_or(SUBPAGES);
+            for page in first..last.min(SUBPAGES) {
+                if residency.tier(page).is_some() {
+                    residency.set(page, Some(tier));
+                }
+            }
+        }
+        residency
+    }
+
+    fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
+        // Really fast runs without what is assumed demoted, plus the resident pages of what
+        // is assumed promoted, merged in address order.
+        let mut pieces: Vec<(u64, u64)> = Vec::new();
+        self.real.for_each_fast_run(&mut |start, len| {
+            let mut from = start;
+            for (s, e, fast) in self.assumed.overlapping(start, start + len) {
+                if !fast {
+                    if s > from {
+                        pieces.push((from, s));
+                    }
+                    from = e;
+                }
+            }
+            if from < start + len {
+                pieces.push((from, start + len));
+            }
+        });
+        for (&start, &(end, fast)) in &self.assumed.ranges {
+            if !fast {
+                continue;
+            }
+            let pages = usize::try_from((end - start).div_ceil(PAGE)).unwrap_or(usize::MAX);
+            self.real.visit_pages(start, pages, &mut |index, status| {
+                let page = start + index as u64 * PAGE;
+                if status.node().is_some() && self.real.is_fast(page) == Some(false) {
+                    pieces.push((page, page + PAGE));
+                }
+            });
+        }
+        pieces.sort_unstable();
+        let mut current: Option<(u64, u64)> = None;
+        for (start, end) in pieces {
+            match current {
+                Some((s, e)) if start <= e => current = Some((s, e.max(end))),
+                Some((s, e)) => {
+                    visit(s, e - s);
+                    current = Some((start, end));
+                }
+                None => current = Some((start, end)),
+            }
+        }
+        if let Some((s, e)) = current {
+            visit(s, e - s);
+        }
+    }
 }
 
 /// A sample stands for `period` accesses: the BPF program stamps the sample period as its
@@ -120,15 +270,32 @@ fn bytes_on(counts: &NodeCounts, nodes: &[u32]) -> u64 {
     nodes.iter().map(|&node| counts.on(node)).sum::<u64>() * PAGE
 }
 
-fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32]) -> CapacityView {
+/// The tiers' sizes and the free memory migrations may use: on each node, what is free above
+/// its zones' high watermark plus the executor's reserve (`[migration] reserve_bytes`), the
+/// floor the executor never moves pages below. Planning against raw free memory would plan
+/// promotions the executor then refuses, and never plan the demotions that would make room.
+fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32], reserve: u64) -> CapacityView {
     let topology = Topology::read(root).ok();
+    let watermarks = crate::exec::watermark::read_watermarks(root).unwrap_or_default();
+    capacity_from(topology.as_ref(), &watermarks, fast, slow, reserve)
+}
+
+fn capacity_from(
+    topology: Option<&Topology>,
+    watermarks: &BTreeMap<u32, crate::exec::watermark::NodeWatermarks>,
+    fast: &[u32],
+    slow: &[u32],
+    reserve: u64,
+) -> CapacityView {
     let sum = |nodes: &[u32], free: bool| -> u64 {
         nodes
             .iter()
-            .filter_map(|id| topology.as_ref()?.node(*id))
+            .filter_map(|id| topology?.node(*id))
             .map(|node| {
                 if free {
+                    let floor = watermarks.get(&node.id).map_or(0, |w| w.high);
                     node.free_bytes
+                        .saturating_sub(floor.saturating_add(reserve))
                 } else {
                     node.memory_bytes
                 }
@@ -373,8 +540,46 @@ impl State {
             &self.spec.root,
             &self.spec.fast_nodes,
             &self.spec.slow_nodes,
+            self.spec.exec.reserve_bytes,
         );
-        let plan = self.engine.plan(now, &placement, &capacity);
+        // Observe mode plans against the placement its earlier plans would have produced; the
+        // gauges, the hit ratio and the cached query keep the real one.
+        let observing = self.observing() || self.spec.nodes.is_none();
+        if !observing {
+            // Migrating (again): what is real is what counts.
+            self.assumed.ranges.clear();
+        }
+        let plan = if observing && !self.assumed.ranges.is_empty() {
+            let view = AssumedView {
+                real: &placement,
+                assumed: &self.assumed,
+            };
+            self.engine.plan(now, &view, &capacity)
+        } else {
+            self.engine.plan(now, &placement, &capacity)
+        };
+        self.status.epochs += 1;
+        let stats = self.engine.stats();
+        tracing::debug!(
+            pid = self.spec.pid,
+            epoch = self.status.epochs,
+            moves = plan.moves.len(),
+            promote = plan.promote_bytes,
+            demote = plan.demote_bytes,
+            would_promote = plan.would_promote_bytes,
+            would_demote = plan.would_demote_bytes,
+            room = plan.promote_room,
+            budget = plan.promote_budget,
+            granularity = plan.granularity.bytes(),
+            threshold_ns = plan.benefit_threshold_ns,
+            stage2 = stats.stage2_superpages,
+            hot_superpages = stats.hot_superpages,
+            hot_subpages = stats.hot_subpages,
+            regions = input.regions.len(),
+            accessed_regions = input.regions.values().filter(|r| r.nr_accesses > 0).count(),
+            samples = input.pages.len(),
+            "planned"
+        );
         self.record_plan(&plan, metrics);
         let mut moved = false;
         if !self.observing()
@@ -382,7 +587,16 @@ impl State {
             && !plan.moves.is_empty()
         {
             match self.execute(&plan, nodes, metrics) {
-                Ok(report) if report.aborted.is_some() => return Epoch::Exited,
+                Ok(report) if report.aborted.is_some() => {
+                    tracing::info!(
+                        pid = self.spec.pid,
+                        target = %self.spec.label,
+                        moved = report.pages_moved,
+                        not_attempted = report.aborted_pages,
+                        "target exited during migration"
+                    );
+                    return Epoch::Exited;
+                }
                 Ok(report) => moved = report.pages_moved > 0,
                 Err(error) => self.remember_error(error),
             }
@@ -468,12 +682,16 @@ impl State {
         if !self.observing() && self.spec.nodes.is_some() {
             return;
         }
-        // Observe mode: what the plan would have moved, had migration been on.
-        let mut would = [0u64; 2];
+        // Observe mode: what the plan would have moved, had migration been on: the bytes that
+        // would change tier. From now on the plans assume it did.
         for planned in &plan.moves {
-            let slot = usize::from(planned.direction == Direction::Demote);
-            would[slot] += planned.len;
+            self.assumed.record(
+                planned.start,
+                planned.start + planned.len,
+                planned.direction == Direction::Promote,
+            );
         }
+        let would = [plan.promote_bytes, plan.demote_bytes];
         for (direction, bytes) in [("promote", would[0]), ("demote", would[1])] {
             metrics
                 .would_migrate_bytes
@@ -546,39 +764,54 @@ impl State {
         } else {
             "demote"
         };
+        count_pages(metrics, label, direction, &report);
+        Ok(report)
+    }
+}
+
+/// Per-page outcomes of one executor call: moved, failed by reason, and the pages an exit of
+/// the target left unattempted (`target_exited`), which would otherwise vanish from the counts.
+fn count_pages(metrics: &Metrics, label: &str, direction: &str, report: &ExecReport) {
+    metrics
+        .migration_pages
+        .get_or_create(&PageResult {
+            target: label.to_owned(),
+            direction: direction.to_owned(),
+            result: "moved".to_owned(),
+        })
+        .inc_by(report.pages_moved);
+    let exited = report
+        .aborted
+        .is_some()
+        .then_some(("target_exited", report.aborted_pages));
+    for (reason, pages) in report
+        .failures
+        .iter()
+        .map(|(reason, pages)| (*reason, *pages))
+        .chain(exited)
+    {
         metrics
             .migration_pages
             .get_or_create(&PageResult {
-                target: label.clone(),
+                target: label.to_owned(),
                 direction: direction.to_owned(),
-                result: "moved".to_owned(),
+                result: reason.to_owned(),
             })
-            .inc_by(report.pages_moved);
-        for (reason, pages) in &report.failures {
-            metrics
-                .migration_pages
-                .get_or_create(&PageResult {
-                    target: label.clone(),
-                    direction: direction.to_owned(),
-                    result: (*reason).to_owned(),
-                })
-                .inc_by(*pages);
-            metrics
-                .migration_failures
-                .get_or_create(&Reason {
-                    reason: (*reason).to_owned(),
-                })
-                .inc_by(*pages);
-        }
-        for (reason, count) in &report.split_fallbacks {
-            metrics
-                .migration_failures
-                .get_or_create(&Reason {
-                    reason: format!("split_{reason}"),
-                })
-                .inc_by(*count);
-        }
-        Ok(report)
+            .inc_by(pages);
+        metrics
+            .migration_failures
+            .get_or_create(&Reason {
+                reason: reason.to_owned(),
+            })
+            .inc_by(pages);
+    }
+    for (reason, count) in &report.split_fallbacks {
+        metrics
+            .migration_failures
+            .get_or_create(&Reason {
+                reason: format!("split_{reason}"),
+            })
+            .inc_by(*count);
     }
 }
 
@@ -618,6 +851,7 @@ pub fn spawn(
         executor,
         placement: None,
         untracked_published: 0,
+        assumed: Assumed::default(),
     };
     let task = tokio::spawn(run(state, samples_rx, damon_rx, origin, metrics, status));
     Ok(TargetHandle {
@@ -819,6 +1053,132 @@ mod tests {
         let view = sample_view(&[0x1000, 0x1008, 0x2000, 0x9000], &placement, 1.0);
         assert_eq!((view.fast_accesses, view.slow_accesses), (2, 1));
         assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (PAGE, PAGE));
+    }
+
+    #[test]
+    fn assumed_moves_replace_overlaps_and_merge_neighbours() {
+        let mut assumed = Assumed::default();
+        assumed.record(0x1000, 0x5000, true);
+        assumed.record(0x5000, 0x6000, true);
+        assert_eq!(assumed.ranges, BTreeMap::from([(0x1000, (0x6000, true))]));
+        // A demotion in the middle cuts the promoted range in three.
+        assumed.record(0x2000, 0x3000, false);
+        assert_eq!(
+            assumed.ranges,
+            BTreeMap::from([
+                (0x1000, (0x2000, true)),
+                (0x2000, (0x3000, false)),
+                (0x3000, (0x6000, true)),
+            ])
+        );
+        // Promoting it again (and beyond) merges everything back into one range.
+        assumed.record(0x2000, 0x7000, true);
+        assert_eq!(assumed.ranges, BTreeMap::from([(0x1000, (0x7000, true))]));
+        assumed.record(0x0, 0x8000, false);
+        assert_eq!(assumed.ranges, BTreeMap::from([(0x0, (0x8000, false))]));
+        assumed.record(0x9000, 0x9000, true);
+        assert_eq!(assumed.ranges.len(), 1, "empty ranges are ignored");
+    }
+
+    #[test]
+    fn observe_mode_plans_against_the_moves_it_assumed() {
+        // Two superpages: the first on the slow node (1) with page 3 not resident, the second
+        // on the fast node (0). Assumed: pages 1..4 of the first promoted, the first half of
+        // the second demoted.
+        let sp = 0x20_0000;
+        let real = placement(&[(sp + 0x20_0000, 512)], &[(sp, 3), (sp + 4 * PAGE, 508)]);
+        let mut assumed = Assumed::default();
+        assumed.record(sp + PAGE, sp + 4 * PAGE, true);
+        assumed.record(sp + 0x20_0000, sp + 0x30_0000, false);
+        let view = AssumedView {
+            real: &real,
+            assumed: &assumed,
+        };
+        assert_eq!(view.tier_of(sp), Some(Tier::Slow));
+        assert_eq!(view.tier_of(sp + PAGE), Some(Tier::Fast));
+        assert_eq!(view.tier_of(sp + 2 * PAGE), Some(Tier::Fast));
+        assert_eq!(view.tier_of(sp + 4 * PAGE), Some(Tier::Slow));
+        let first = view.residency(sp);
+        assert_eq!((first.fast_pages(), first.slow_pages()), (2, 509));
+        let second = view.residency(sp + 0x20_0000);
+        assert_eq!((second.fast_pages(), second.slow_pages()), (256, 256));
+        // The real placement is untouched.
+        assert_eq!(real.is_fast(sp + PAGE), Some(false));
+        let mut fast = Vec::new();
+        view.for_each_fast_range(&mut |start, len| fast.push((start, len)));
+        assert_eq!(
+            fast,
+            vec![(sp + PAGE, 2 * PAGE), (sp + 0x30_0000, 0x10_0000)],
+            "assumed-promoted resident pages plus the fast half not assumed demoted"
+        );
+    }
+
+    #[test]
+    fn free_memory_counts_above_the_executors_floor_only() {
+        use crate::{exec::watermark::NodeWatermarks, topology::Node};
+        let node = |id, free_mib: u64| Node {
+            id,
+            cpus: Vec::new(),
+            memory_bytes: 1 << 30,
+            free_bytes: free_mib << 20,
+            tier: None,
+        };
+        let topology = Topology {
+            nodes: vec![node(0, 100), node(1, 900)],
+            tiers: Vec::new(),
+            numa_sysfs: true,
+        };
+        let marks = |high_mib: u64| NodeWatermarks {
+            min: 0,
+            low: 0,
+            high: high_mib << 20,
+        };
+        let watermarks = BTreeMap::from([(0, marks(10)), (1, marks(10))]);
+        let view = capacity_from(Some(&topology), &watermarks, &[0], &[1], 64 << 20);
+        assert_eq!(view.fast_total_bytes, 1 << 30);
+        // 100 MiB free, 10 MiB high watermark, 64 MiB reserve: 26 MiB usable.
+        assert_eq!(view.fast_free_bytes, 26 << 20);
+        assert_eq!(view.slow_free_bytes, 826 << 20);
+        // Below the floor there is no room at all (not a wrapped-around huge number).
+        let tight = capacity_from(Some(&topology), &watermarks, &[0], &[1], 128 << 20);
+        assert_eq!(tight.fast_free_bytes, 0);
+        assert_eq!(
+            capacity_from(None, &watermarks, &[0], &[1], 0).fast_total_bytes,
+            0
+        );
+    }
+
+    #[test]
+    fn pages_left_by_an_exit_are_counted_as_target_exited() {
+        let (metrics, registry) = Metrics::new();
+        let report = ExecReport {
+            pages_moved: 7,
+            failures: BTreeMap::from([("ebusy", 2)]),
+            aborted: Some(crate::exec::AbortReason::TargetExited),
+            aborted_pages: 5,
+            ..ExecReport::default()
+        };
+        count_pages(&metrics, "w:1", "promote", &report);
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        let value = |needle: &str| {
+            text.lines()
+                .find(|line| line.contains(needle))
+                .and_then(|line| line.rsplit(' ').next())
+                .map(str::to_owned)
+        };
+        assert_eq!(
+            value("memtide_migration_failures_total{reason=\"target_exited\"}").as_deref(),
+            Some("5"),
+            "{text}"
+        );
+        assert_eq!(
+            value("result=\"target_exited\"").as_deref(),
+            Some("5"),
+            "{text}"
+        );
+        assert_eq!(value("result=\"moved\"").as_deref(), Some("7"), "{text}");
+        assert_eq!(value("reason=\"ebusy\"").as_deref(), Some("2"), "{text}");
     }
 
     #[test]

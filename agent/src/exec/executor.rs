@@ -415,19 +415,51 @@ impl Executor {
             }
         }
 
-        // Huge pages by head, then whatever of their chunks stayed behind at 4 KiB.
+        // Demotions first, so that a swap's promotions find the room its demotions freed
+        // (the watermark guard would otherwise stop them at the fast node's floor). Within a
+        // direction: huge pages by head, then whatever of their chunks stayed behind at 4 KiB.
+        let (demote_heads, promote_heads): (Vec<_>, Vec<_>) = heads
+            .into_iter()
+            .partition(|p| p.direction == Direction::Demote);
+        let (demote_pages, promote_pages): (Vec<_>, Vec<_>) = std::mem::take(work)
+            .into_iter()
+            .partition(|p| p.direction == Direction::Demote);
+        let promote_total =
+            (promote_heads.len() as u64) * PAGES_PER_HUGE + promote_pages.len() as u64;
+        let mut moved = Vec::new();
+        let phases = [(demote_heads, demote_pages), (promote_heads, promote_pages)];
+        for (phase, (mut heads, mut pages)) in phases.into_iter().enumerate() {
+            let result = self.move_phase(backend, &mut heads, &mut pages, report, &mut moved);
+            if let Err(stop) = result {
+                if phase == 0 && matches!(stop, Stop::Exited) {
+                    report.aborted_pages += promote_total;
+                }
+                return Err(stop);
+            }
+        }
+        report.pages_moved += moved.len() as u64;
+
+        if self.cfg.collapse_promoted && !collapse_candidates.is_empty() {
+            self.collapse(backend, &moved, &collapse_candidates, report)?;
+        }
+        Ok(())
+    }
+
+    /// One direction's moves: huge pages by their heads, the pages of their chunks that stayed
+    /// behind added to `pages`, then `pages` at 4 KiB; verified 4 KiB moves go to `moved`.
+    fn move_phase(
+        &mut self,
+        backend: &mut dyn Backend,
+        heads: &mut Vec<PageWork>,
+        pages: &mut Vec<PageWork>,
+        report: &mut ExecReport,
+        moved: &mut Vec<u64>,
+    ) -> Result<(), Stop> {
         if !heads.is_empty() {
             let mut moved_heads = Vec::new();
-            self.move_batches(
-                backend,
-                &mut heads,
-                report,
-                &mut moved_heads,
-                false,
-                HUGE_PAGE,
-            )?;
+            self.move_batches(backend, heads, report, &mut moved_heads, false, HUGE_PAGE)?;
             let mut chunk_pages = Vec::new();
-            for head in &heads {
+            for head in heads.iter() {
                 chunk_pages.extend((0..PAGES_PER_HUGE).map(|i| (head.addr + i * PAGE) as usize));
             }
             let mut status = Vec::new();
@@ -443,7 +475,7 @@ impl Executor {
                         PageStatus::Node(n) if n == head.node => report.pages_moved += 1,
                         PageStatus::Node(_) => {
                             all_there = false;
-                            work.push(PageWork {
+                            pages.push(PageWork {
                                 addr: addr as u64,
                                 ..*head
                             });
@@ -456,15 +488,7 @@ impl Executor {
                 }
             }
         }
-
-        let mut moved = Vec::new();
-        self.move_batches(backend, work, report, &mut moved, self.cfg.verify, PAGE)?;
-        report.pages_moved += moved.len() as u64;
-
-        if self.cfg.collapse_promoted && !collapse_candidates.is_empty() {
-            self.collapse(backend, &moved, &collapse_candidates, report)?;
-        }
-        Ok(())
+        self.move_batches(backend, pages, report, moved, self.cfg.verify, PAGE)
     }
 
     /// Moves `pages` in batches by destination; pages left on the destination are pushed to
@@ -752,8 +776,11 @@ mod tests {
                     if let Some(n) = self.pages.get_mut(&p)
                         && *n != node
                     {
-                        *n = node;
+                        let from = std::mem::replace(n, node);
                         self.nodes.get_mut(&node).unwrap().0 -= PAGE;
+                        if let Some(source) = self.nodes.get_mut(&from) {
+                            source.0 += PAGE;
+                        }
                     }
                 }
             }
@@ -927,6 +954,44 @@ mod tests {
             .unwrap();
         assert_eq!(r.pages_moved, 16);
         assert_eq!(fake.count_on(0), 32 - 8 + 16);
+    }
+
+    #[test]
+    fn a_swap_demotes_first_so_its_promotions_fit() {
+        let base = 0x1000_0000;
+        // 32 slow pages to promote, 32 fast pages to demote; node 0 sits exactly at its floor
+        // plus reserve, so only the room the demotions free lets the promotions in.
+        let mut fake = Fake::with_pages(base..base + 64 * PAGE, 1);
+        for a in (base + 32 * PAGE..base + 64 * PAGE).step_by(PAGE as usize) {
+            fake.pages.insert(a, 0);
+        }
+        fake.nodes.insert(0, (30 * PAGE, 10 * PAGE));
+        let mut ex = Executor::new(ExecConfig {
+            reserve_bytes: 20 * PAGE,
+            batch_pages: 16,
+            ..ExecConfig::default()
+        });
+        // The promotion is listed first, as a plan sorted by address would have it.
+        let r = ex
+            .execute(
+                &mut fake,
+                &[
+                    request(base, 32 * PAGE, 0, PAGE),
+                    request(base + 32 * PAGE, 32 * PAGE, 1, PAGE),
+                ],
+                Instant::now(),
+            )
+            .unwrap();
+        assert_eq!(r.watermark_limited_pages, 0, "{r:?}");
+        assert_eq!(r.pages_moved, 64);
+        assert_eq!(fake.count_on(0), 32);
+        assert!(
+            (base..base + 32 * PAGE)
+                .step_by(PAGE as usize)
+                .all(|a| fake.pages[&a] == 0),
+            "the promoted pages are on node 0"
+        );
+        assert_eq!(fake.nodes[&0].0, 30 * PAGE, "free memory back where it was");
     }
 
     #[test]

@@ -446,7 +446,7 @@ impl Report<'_> {
     fn command(&self) -> String {
         let a = self.args;
         format!(
-            "cargo run --release -p memtide -- sim --suite --records {} --footprint {} --sample-rate {} --seed {} --out {} --traces {}",
+            "cargo run --release -p memtide --bin memtide -- sim --suite --records {} --footprint {} --sample-rate {} --seed {} --out {} --traces {}",
             a.records,
             a.footprint,
             self.base.sample_rate,
@@ -1006,8 +1006,25 @@ impl Report<'_> {
             let _ = writeln!(o, "- {t}: ![{t}](evaluation/{file})");
         }
         o.push_str(&self.diagnostics());
+        o.push_str(&vm_comparison(&self.args.out));
         o.push_str(NOTES);
         Ok(o)
+    }
+}
+
+/// The measured (not simulated) comparison from the two-node VM suite, if
+/// `<out>/evaluation/vm-comparison.md` exists: the table `vm/test.sh vm::compare` writes to
+/// target/vm/vm-comparison.md, copied there.
+fn vm_comparison(out: &Path) -> String {
+    let path = out.join("evaluation").join("vm-comparison.md");
+    match std::fs::read_to_string(&path) {
+        Ok(table) => format!(
+            "\n## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot\n\n\
+             Measured, not simulated: the VM suite's comparison test \
+             (`agent/tests/vm/compare.rs`), embedded from `evaluation/vm-comparison.md`.\n\n{}\n",
+            table.trim_end()
+        ),
+        Err(_) => String::new(),
     }
 }
 
@@ -1031,3 +1048,25 @@ const NOTES: &str = "
   policies that react within an epoch or two over those tuned for minutes-long runs (TPP's 1 s
   scan period, DAMON's 1 s apply interval).
 ";
+
+#[cfg(test)]
+mod vm_comparison_tests {
+    use super::vm_comparison;
+
+    #[test]
+    fn the_vm_table_is_embedded_when_present() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(vm_comparison(dir.path()), "", "no file, no section");
+        std::fs::create_dir(dir.path().join("evaluation")).unwrap();
+        std::fs::write(
+            dir.path().join("evaluation/vm-comparison.md"),
+            "| system | hot |\n|---|---|\n| memtide | 99 % |\n\n",
+        )
+        .unwrap();
+        let section = vm_comparison(dir.path());
+        assert!(
+            section.contains("## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot")
+        );
+        assert!(section.ends_with("| memtide | 99 % |\n"), "{section:?}");
+    }
+}

@@ -222,6 +222,12 @@ impl DamonMonitor {
         Ok(self.state()? == "on")
     }
 
+    /// Whether the kdamond is off although it has targets to watch: someone turned it off
+    /// (or removed it), or every target exited (DAMON then stops a vaddr kdamond by itself).
+    pub fn stopped(&self) -> Result<bool, DamonError> {
+        Ok(!self.targets.is_empty() && !self.is_running()?)
+    }
+
     #[must_use]
     pub fn config(&self) -> &DamonMonitorConfig {
         &self.config
@@ -420,6 +426,37 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\"";
         monitor.stop().unwrap();
         assert_eq!(read(&dir, "kdamonds/0/state"), "off");
         assert_eq!(read(&dir, "kdamonds/nr_kdamonds"), "0");
+    }
+
+    /// A fatal error returns from `memtide run` through the monitor's drop: that alone must
+    /// release the kdamond.
+    #[test]
+    fn dropping_a_running_monitor_removes_its_kdamond() {
+        let dir = admin_tree(0, "vaddr paddr\n");
+        let monitor = DamonMonitor::start(
+            &HostRoot::new(dir.path()),
+            &DamonMonitorConfig::default(),
+            &[7],
+        )
+        .unwrap();
+        assert_eq!(read(&dir, "kdamonds/0/state"), "on");
+        drop(monitor);
+        assert_eq!(read(&dir, "kdamonds/0/state"), "off");
+        assert_eq!(read(&dir, "kdamonds/nr_kdamonds"), "0");
+    }
+
+    #[test]
+    fn a_kdamond_turned_off_from_outside_reads_as_stopped() {
+        let dir = admin_tree(0, "vaddr\n");
+        let monitor = DamonMonitor::start(
+            &HostRoot::new(dir.path()),
+            &DamonMonitorConfig::default(),
+            &[7],
+        )
+        .unwrap();
+        assert!(!monitor.stopped().unwrap());
+        fs::write(dir.path().join(ADMIN_DIR).join("kdamonds/0/state"), "off\n").unwrap();
+        assert!(monitor.stopped().unwrap());
     }
 
     #[test]

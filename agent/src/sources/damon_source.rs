@@ -127,6 +127,11 @@ impl DamonSource {
         Ok(())
     }
 
+    /// Whether memtide's kdamond is off while it has targets (see [`DamonMonitor::stopped`]).
+    pub fn stopped(&self) -> Result<bool, DamonSourceError> {
+        Ok(self.monitor.stopped()?)
+    }
+
     /// The pid of DAMON target `index`, as reported in [`DamonRegion::target`].
     #[must_use]
     pub fn target_pid(&self, index: u64) -> Option<u32> {

@@ -56,6 +56,11 @@ pub trait HotnessSource: Send {
     fn drop_counts(&self) -> BTreeMap<&'static str, u64>;
     /// Kernel-measured cost of the source's BPF programs.
     fn program_stats(&self) -> Vec<ProgramStats>;
+    /// Whether the source has stopped although it has targets (DAMON: its kdamond turned off
+    /// from outside); the daemon then starts it again.
+    fn stopped(&self) -> Result<bool, SourceError> {
+        Ok(false)
+    }
     /// The DAMON source behind this one, for mapping region target indexes to pids.
     fn as_damon(&self) -> Option<&DamonSource> {
         None
@@ -137,6 +142,10 @@ impl HotnessSource for DamonSource {
 
     fn program_stats(&self) -> Vec<ProgramStats> {
         Self::program_stats(self)
+    }
+
+    fn stopped(&self) -> Result<bool, SourceError> {
+        Ok(Self::stopped(self)?)
     }
 
     fn as_damon(&self) -> Option<&DamonSource> {

@@ -221,59 +221,102 @@ pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     Some((code, body.to_owned()))
 }
 
-/// A running `memtide run`, stopped with SIGTERM on drop if still running.
+/// A running `memtide run`, stopped with SIGTERM on drop if still running. Its stderr is
+/// drained by a thread as it comes (a chatty agent must never block on a full pipe).
 pub(crate) struct Agent {
     pub(crate) child: Child,
     pub(crate) port: u16,
+    log: std::sync::Arc<std::sync::Mutex<String>>,
+    reader: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Agent {
     /// Starts `memtide run --listen 127.0.0.1:PORT ARGS...` and waits until /readyz answers
     /// 200 (or panics after `wait`).
     pub(crate) fn start(args: &[&str], wait: std::time::Duration) -> Self {
+        Self::start_with_env(args, &[], wait)
+    }
+
+    /// As [`Agent::start`], with extra environment variables (`RUST_LOG`, ...).
+    pub(crate) fn start_with_env(
+        args: &[&str],
+        env: &[(&str, &str)],
+        wait: std::time::Duration,
+    ) -> Self {
         let port = free_port();
         let listen = format!("127.0.0.1:{port}");
-        let child = Command::new(memtide_bin())
+        let mut child = Command::new(memtide_bin())
             .args(["run", "--listen", &listen])
             .args(args)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn memtide run");
-        let mut agent = Self { child, port };
+        let log = std::sync::Arc::new(std::sync::Mutex::new(String::new()));
+        let reader = {
+            let log = std::sync::Arc::clone(&log);
+            let stderr = child.stderr.take().expect("stderr");
+            std::thread::spawn(move || {
+                for line in BufReader::new(stderr).lines() {
+                    let Ok(line) = line else { break };
+                    let mut log = log
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner);
+                    log.push_str(&line);
+                    log.push('\n');
+                }
+            })
+        };
+        let mut agent = Self {
+            child,
+            port,
+            log,
+            reader: Some(reader),
+        };
         let deadline = std::time::Instant::now() + wait;
         loop {
             if let Some((200, _)) = http_get(port, "/readyz") {
                 return agent;
             }
             if let Ok(Some(status)) = agent.child.try_wait() {
-                let mut stderr = String::new();
-                if let Some(mut pipe) = agent.child.stderr.take() {
-                    use std::io::Read as _;
-                    let _ = pipe.read_to_string(&mut stderr);
+                if let Some(reader) = agent.reader.take() {
+                    let _ = reader.join();
                 }
-                panic!("memtide run exited early with {status}:\n{stderr}");
+                panic!("memtide run exited early with {status}:\n{}", agent.log());
             }
             assert!(
                 std::time::Instant::now() < deadline,
-                "memtide run not ready within {wait:?}"
+                "memtide run not ready within {wait:?}:\n{}",
+                agent.log()
             );
             std::thread::sleep(std::time::Duration::from_millis(100));
         }
     }
 
+    /// Everything the agent logged so far.
+    pub(crate) fn log(&self) -> String {
+        self.log
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Sends SIGTERM and returns the exit status and everything it logged.
-    pub(crate) fn stop(mut self) -> (std::process::ExitStatus, String) {
+    pub(crate) fn stop(self) -> (std::process::ExitStatus, String) {
+        self.stop_with("TERM")
+    }
+
+    /// Stops the agent with `signal` (kill's spelling: `TERM`, `INT`).
+    pub(crate) fn stop_with(mut self, signal: &str) -> (std::process::ExitStatus, String) {
         let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
+            .args([&format!("-{signal}"), &self.child.id().to_string()])
             .status();
-        let mut stderr = String::new();
-        if let Some(mut pipe) = self.child.stderr.take() {
-            use std::io::Read as _;
-            let _ = pipe.read_to_string(&mut stderr);
-        }
         let status = self.child.wait().expect("wait for memtide run");
-        (status, stderr)
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        (status, self.log())
     }
 }
 

@@ -24,6 +24,7 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     if support::skip_unless_vm("observe_mode_with_damon_reports_the_hot_region_and_cleans_up") {
         return;
     }
+    let _timing = crate::vm::tiering::Timing::start("daemon");
     let mut workload = Workload::spawn(&["--pages", &(HOT_PAGES + COLD_PAGES).to_string()]);
     assert!(workload.command("touch").starts_with("touched"));
     let pid = workload.pid;

@@ -41,6 +41,7 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
     if support::skip_unless_vm("damon_reports_the_hot_region_hotter_than_the_cold_one") {
         return;
     }
+    let _timing = crate::vm::tiering::Timing::start("damon");
     let mut workload = Workload::spawn(&["--pages", &(HOT_PAGES + COLD_PAGES).to_string()]);
     assert_eq!(
         workload.command("touch"),

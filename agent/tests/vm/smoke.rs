@@ -9,6 +9,7 @@ fn vm_has_two_nodes_in_two_tiers_and_free_damon_vaddr() {
     if support::skip_unless_vm("vm_has_two_nodes_in_two_tiers_and_free_damon_vaddr") {
         return;
     }
+    let _timing = crate::vm::tiering::Timing::start("smoke");
     let output = Command::new(support::memtide_bin())
         .args(["probe", "--json"])
         .output()

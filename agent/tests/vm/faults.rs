@@ -1,0 +1,114 @@
+//! Faults from outside the agent, on the real two-node machine: memtide's own kdamond turned
+//! off by an operator while its target still lives. The agent must notice, start it again,
+//! count it (`memtide_source_restarts_total{reason="stopped_externally"}`), keep sampling, and
+//! still leave no kdamond behind when it stops.
+use std::time::{Duration, Instant};
+
+use crate::{
+    support::{self, Agent, Workload, metric_value},
+    vm::tiering::{self, MIB_PAGES, SLOW, Timing},
+};
+
+const KDAMONDS: &str = "/sys/kernel/mm/damon/admin/kdamonds";
+
+fn kdamond_state() -> Option<String> {
+    std::fs::read_to_string(format!("{KDAMONDS}/0/state"))
+        .ok()
+        .map(|s| s.trim().to_owned())
+}
+
+fn damon_samples(port: u16) -> f64 {
+    let metrics = support::http_get(port, "/metrics").expect("/metrics").1;
+    metric_value(&metrics, "memtide_samples_total{", "\"damon\"").unwrap_or(0.0)
+}
+
+fn restarts(port: u16) -> f64 {
+    let metrics = support::http_get(port, "/metrics").expect("/metrics").1;
+    metric_value(
+        &metrics,
+        "memtide_source_restarts_total{",
+        "stopped_externally",
+    )
+    .unwrap_or(0.0)
+}
+
+/// Polls `check` every 250 ms until it holds or `wait` passes.
+fn wait_for(wait: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let started = Instant::now();
+    while started.elapsed() < wait {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    check()
+}
+
+#[test]
+fn a_kdamond_turned_off_from_outside_is_started_again() {
+    if support::skip_unless_vm("a_kdamond_turned_off_from_outside_is_started_again") {
+        return;
+    }
+    let _timing = Timing::start("faults");
+    let mut w = Workload::spawn(&[
+        "--pages",
+        &(64 * MIB_PAGES).to_string(),
+        "--node",
+        &SLOW.to_string(),
+    ]);
+    assert!(
+        w.command(&format!("start rw 0 {}", 16 * MIB_PAGES))
+            .starts_with("started")
+    );
+    let config = tiering::write_config(
+        "faults-kdamond",
+        "[sources]\norder = [\"damon\"]\n[engine.policy.epoch]\nadaptive = false\ninitial_ms = 1000\n",
+    );
+    let config = config.to_string_lossy().into_owned();
+    let pid = w.pid.to_string();
+    let agent = Agent::start(
+        &["--config", &config, "--pid", &pid],
+        Duration::from_secs(90),
+    );
+    assert!(
+        wait_for(Duration::from_secs(30), || damon_samples(agent.port) > 0.0),
+        "DAMON delivered no regions before the fault:\n{}",
+        agent.log()
+    );
+    assert_eq!(kdamond_state().as_deref(), Some("on"));
+
+    std::fs::write(format!("{KDAMONDS}/0/state"), "off").expect("turn the kdamond off");
+    let turned_off = Instant::now();
+    assert!(
+        wait_for(Duration::from_secs(15), || restarts(agent.port) >= 1.0
+            && kdamond_state().as_deref() == Some("on")),
+        "the agent did not start its kdamond again (state {:?}, restarts {}):\n{}",
+        kdamond_state(),
+        restarts(agent.port),
+        agent.log()
+    );
+    let restarted_after = turned_off.elapsed();
+    let before = damon_samples(agent.port);
+    assert!(
+        wait_for(Duration::from_secs(20), || damon_samples(agent.port)
+            > before),
+        "no DAMON regions after the restart:\n{}",
+        agent.log()
+    );
+    assert!(
+        agent.log().contains("stopped from outside"),
+        "the restart was not logged:\n{}",
+        agent.log()
+    );
+
+    let (exit, log) = agent.stop();
+    assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
+    let nr_kdamonds =
+        std::fs::read_to_string(format!("{KDAMONDS}/nr_kdamonds")).expect("nr_kdamonds");
+    assert_eq!(nr_kdamonds.trim(), "0", "memtide's kdamond left behind");
+    support::assert_no_memtide_bpf_programs();
+    eprintln!(
+        "faults: kdamond turned off from outside was running again after {:.1} s",
+        restarted_after.as_secs_f64()
+    );
+}
