@@ -26,6 +26,7 @@ SECTIONS = {
     "engine.policy.rw": "RwConfig",
     "engine.policy.bandwidth": "BandwidthConfig",
     "engine.policy.capacity": "CapacityConfig",
+    "kubernetes": "KubeConfig",
 }
 
 

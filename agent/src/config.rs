@@ -17,7 +17,10 @@ use crate::{
     engine::EngineConfig,
     exec::{ExecConfig, coexist::CoexistMode},
     sources::{SourceKind, damon_monitor::DamonMonitorConfig},
-    targets::select::{Exclude, NamePattern, Selection, Selector},
+    targets::{
+        kube::KubeConfig,
+        select::{Exclude, NamePattern, Selection, Selector},
+    },
     topology::{Topology, tiering::TierOverride},
 };
 
@@ -39,6 +42,8 @@ pub struct Config {
     pub migration: ExecConfig,
     /// Hotness engine and placement policy (see `agent/src/engine` and `agent/src/policy`).
     pub engine: EngineConfig,
+    /// The API server, for `[targets] pod_selector`.
+    pub kubernetes: KubeConfig,
 }
 
 /// `[agent]`: the process itself.
@@ -90,6 +95,10 @@ pub struct TargetsConfig {
     pub names: Vec<String>,
     /// Kubernetes pod UIDs, resolved to their cgroups under `kubepods`.
     pub pods: Vec<String>,
+    /// Kubernetes label selector (e.g. `memtide.io/tiering=enabled`): the pods of this node
+    /// that match it are targets, listed from the API server (see `[kubernetes]`) and followed
+    /// as they come and go. `MEMTIDE_POD_SELECTOR` wins. Empty: off.
+    pub pod_selector: String,
     /// Never managed, whatever the above say.
     pub exclude_pids: Vec<u32>,
     pub exclude_names: Vec<String>,
@@ -106,10 +115,24 @@ impl Default for TargetsConfig {
             cgroups: Vec::new(),
             names: Vec::new(),
             pods: Vec::new(),
+            pod_selector: String::new(),
             exclude_pids: Vec::new(),
             exclude_names: Vec::new(),
             exclude_cgroups: Vec::new(),
             max_targets: 64,
+        }
+    }
+}
+
+impl Config {
+    /// The DaemonSet's environment: `MEMTIDE_POD_SELECTOR` and `MEMTIDE_NODE_NAME`, when set
+    /// and not empty, win over `[targets] pod_selector` and `[kubernetes] node_name`.
+    pub fn apply_kubernetes_env(&mut self, env: impl Fn(&str) -> Option<String>) {
+        if let Some(selector) = env("MEMTIDE_POD_SELECTOR").filter(|s| !s.trim().is_empty()) {
+            self.targets.pod_selector = selector.trim().to_owned();
+        }
+        if let Some(node) = env("MEMTIDE_NODE_NAME").filter(|s| !s.trim().is_empty()) {
+            self.kubernetes.node_name = node.trim().to_owned();
         }
     }
 }
@@ -122,6 +145,7 @@ impl TargetsConfig {
             && self.cgroups.is_empty()
             && self.names.is_empty()
             && self.pods.is_empty()
+            && self.pod_selector.is_empty()
     }
 
     /// The selection these keys describe.
@@ -372,6 +396,9 @@ impl Config {
         if self.targets.max_targets == 0 {
             problem("targets.max_targets", "must be at least 1".to_owned());
         }
+        if self.kubernetes.poll_seconds == 0 {
+            problem("kubernetes.poll_seconds", "must be at least 1".to_owned());
+        }
         for cgroup in &self.targets.cgroups {
             if cgroup
                 .components()
@@ -464,6 +491,31 @@ mod tests {
 
     fn parse(text: &str) -> Result<Config, ConfigError> {
         Config::parse(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn the_daemonset_environment_sets_pod_opt_in() {
+        let mut config = parse("[targets]\npod_selector = \"team=db\"\n").unwrap();
+        assert!(!config.targets.is_empty(), "a pod selector is a target");
+        config.apply_kubernetes_env(|_| Some(String::new()));
+        assert_eq!(
+            config.targets.pod_selector, "team=db",
+            "empty values change nothing"
+        );
+        config.apply_kubernetes_env(|name| match name {
+            "MEMTIDE_POD_SELECTOR" => Some("memtide.io/tiering=enabled".to_owned()),
+            "MEMTIDE_NODE_NAME" => Some("node-7\n".to_owned()),
+            _ => None,
+        });
+        assert_eq!(config.targets.pod_selector, "memtide.io/tiering=enabled");
+        assert_eq!(config.kubernetes.node_name, "node-7");
+        assert!(
+            parse("[kubernetes]\npoll_seconds = 0\n")
+                .unwrap()
+                .problems(None)[0]
+                .to_string()
+                .contains("kubernetes.poll_seconds")
+        );
     }
 
     #[test]

@@ -113,6 +113,9 @@ pub struct Metrics {
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
     pub engine_untracked_samples: Family<TargetLabel, Counter>,
     pub sampling_cpu_ratio: GaugeF64,
+    pub source_restarts: Family<SourceReason, Counter>,
+    pub opted_in_pods: Gauge,
+    pub pod_list_errors: Counter,
     build_info: Family<VersionLabel, Gauge>,
 }
 
@@ -218,6 +221,21 @@ impl Metrics {
             "sampling_cpu_ratio",
             "Measured CPU cost of sampling and the engine (agent CPU plus BPF run time) over the last interval, in cores",
             m.sampling_cpu_ratio.clone(),
+        );
+        registry.register(
+            "source_restarts",
+            "Times the agent started its hotness source again, by reason (stopped_externally: for DAMON, memtide's kdamond turned off by someone else)",
+            m.source_restarts.clone(),
+        );
+        registry.register(
+            "opted_in_pods",
+            "Pods of this node matching [targets] pod_selector in the last good list from the Kubernetes API server",
+            m.opted_in_pods.clone(),
+        );
+        registry.register(
+            "pod_list_errors",
+            "Failed lists of the opted-in pods (the last good list stays in use)",
+            m.pod_list_errors.clone(),
         );
         registry.register("build_info", "memtide's version", m.build_info.clone());
         m.build_info

@@ -10,6 +10,7 @@
 
 pub mod http;
 pub mod notify;
+mod pods;
 mod sample_rate;
 pub mod status;
 pub mod target;
@@ -33,6 +34,7 @@ use tokio::{
 
 use self::{
     notify::Notifier,
+    pods::PodWatch,
     status::AgentStatus,
     target::{ObserveSwitch, TargetHandle, TargetSpec},
 };
@@ -52,8 +54,11 @@ use crate::{
         running::{HotnessSource, StartContext, Stream, start_first},
     },
     sysfs::{HostRoot, SysfsError},
-    targets::select::{Selection, TargetSet},
-    topology::tiering::{HotplugWatch, TieredTopology},
+    targets::{
+        kube::{KubeError, PodLister},
+        select::{Selection, TargetSet},
+    },
+    topology::tiering::{HotplugWatch, TierOverride, TieredTopology},
 };
 
 /// How often targets are re-resolved (cgroup members come and go).
@@ -86,6 +91,8 @@ pub enum DaemonError {
     Coexist(#[from] coexist::CoexistError),
     #[error("setting up the agent: {0}")]
     Io(#[from] std::io::Error),
+    #[error(transparent)]
+    Kube(#[from] KubeError),
 }
 
 impl DaemonError {
@@ -94,7 +101,7 @@ impl DaemonError {
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Config(_) => 2,
+            Self::Config(_) | Self::Kube(_) => 2,
             Self::Listen(_) => 3,
             _ => 1,
         }
@@ -114,6 +121,7 @@ pub fn load_config(options: &RunOptions) -> Result<(Config, Option<PathBuf>), Co
         }
         None => Config::default(),
     };
+    config.apply_kubernetes_env(|name| std::env::var(name).ok());
     config.agent.observe |= options.observe;
     config.targets.pids.extend(&options.pids);
     config
@@ -190,6 +198,8 @@ struct Agent {
     metrics: Metrics,
     status: Arc<RwLock<AgentStatus>>,
     selection: Selection,
+    /// The opted-in pods of this node (`[targets] pod_selector`), added to `selection`.
+    pods: Option<PodWatch>,
     observe_all: bool,
     target_set: TargetSet,
     targets: BTreeMap<u32, TargetHandle>,
@@ -197,11 +207,36 @@ struct Agent {
     /// Selector failures last logged (logged again only when they change).
     selector_problems: Vec<String>,
     source: Option<Box<dyn HotnessSource>>,
+    /// The pids the source was last given.
+    source_pids: Vec<u32>,
     routes: Option<mpsc::Sender<RouteCommand>>,
     ingest_counters: Arc<IngestCounters>,
     /// DAMON regions received (the DAMON source's samples).
     damon_regions: u64,
     published: Published,
+}
+
+/// How the hotness source learns a changed target list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum SourceUpdate {
+    Unchanged,
+    /// Hand it the new list (perf sources edit their BPF allowlist).
+    Set,
+    /// Stop it, then start it with the new list. DAMON needs this: a target that an online
+    /// commit adds to a running kdamond, or puts in the place of another, is never monitored
+    /// (Linux 6.12, checked in the VM: no region of it is ever reported, while off and on
+    /// again reports it within an aggregation). Removing every target just stops it.
+    Restart,
+}
+
+fn source_update(kind: SourceKind, old: &[u32], new: &[u32]) -> SourceUpdate {
+    if old == new {
+        SourceUpdate::Unchanged
+    } else if kind == SourceKind::Damon && !old.is_empty() && !new.is_empty() {
+        SourceUpdate::Restart
+    } else {
+        SourceUpdate::Set
+    }
 }
 
 /// Last values pushed into counters that mirror cumulative kernel or ingest counts.
@@ -289,9 +324,9 @@ impl Agent {
     /// node sets change. Targets found from then on use the new classification; running ones
     /// keep theirs (a move to a node that went away fails per page and is counted).
     fn check_hotplug(&mut self) {
-        match self.hotplug.changed(&self.root) {
-            Ok(false) => {}
-            Ok(true) => match TieredTopology::read(&self.root, &self.config.topology) {
+        match reread_after_hotplug(&mut self.hotplug, &self.root, &self.config.topology) {
+            None => {}
+            Some(result) => match result {
                 Ok(tiered) => {
                     tracing::warn!(
                         fast = ?tiered.classes.fast,
@@ -305,9 +340,10 @@ impl Agent {
                     self.tiered = tiered;
                     self.update_observe_reason();
                 }
+                // The tiers read last stay in use; moves to a node that went away fail per
+                // page and are counted.
                 Err(error) => tracing::warn!(%error, "re-reading the topology after hotplug"),
             },
-            Err(error) => tracing::debug!(%error, "checking for memory hotplug"),
         }
     }
 
@@ -326,7 +362,16 @@ impl Agent {
         if self.observe_all {
             return;
         }
-        match self.target_set.refresh(&self.selection) {
+        let with_pods;
+        let selection = match self.pods.as_mut() {
+            Some(pods) => {
+                pods.update(&self.metrics);
+                with_pods = pods.selection(&self.selection);
+                &with_pods
+            }
+            None => &self.selection,
+        };
+        match self.target_set.refresh(selection) {
             Ok(changes) => {
                 if changes.problems != self.selector_problems {
                     for problem in &changes.problems {
@@ -358,10 +403,46 @@ impl Agent {
             Err(error) => tracing::warn!(%error, "resolving targets"),
         }
         let pids: Vec<u32> = self.targets.keys().copied().collect();
-        if let Some(source) = self.source.as_mut()
-            && let Err(error) = source.set_targets(&pids)
-        {
-            tracing::warn!(%error, "updating the source's targets");
+        let Some(source) = self.source.as_mut() else {
+            return;
+        };
+        let mut update = source_update(source.kind(), &self.source_pids, &pids);
+        // DAMON stops a kdamond by itself only once every target has exited; off while one
+        // still lives means someone turned memtide's kdamond off. Start it again.
+        let alive = pids.iter().any(|&pid| {
+            self.target_set
+                .get(pid)
+                .is_some_and(|target| target.exited().is_ok_and(|exited| !exited))
+        });
+        match source.stopped() {
+            Ok(true) if alive => {
+                tracing::warn!(
+                    source = %source.kind(),
+                    "the source was stopped from outside (for DAMON: memtide's kdamond was turned off) while its targets live; starting it again"
+                );
+                self.metrics
+                    .source_restarts
+                    .get_or_create(&SourceReason {
+                        source: source.kind().as_str().to_owned(),
+                        reason: "stopped_externally".to_owned(),
+                    })
+                    .inc();
+                update = SourceUpdate::Restart;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "checking that the source still runs"),
+        }
+        let result = match update {
+            SourceUpdate::Unchanged => return,
+            SourceUpdate::Set => source.set_targets(&pids),
+            SourceUpdate::Restart => source
+                .set_targets(&[])
+                .and_then(|()| source.set_targets(&pids)),
+        };
+        match result {
+            Ok(()) => self.source_pids = pids,
+            // Tried again at the next refresh.
+            Err(error) => tracing::warn!(%error, "updating the source's targets"),
         }
     }
 
@@ -509,6 +590,14 @@ impl Agent {
         match loaded {
             Ok(mut config) => {
                 // Command-line additions stay in force; what the old file said does not.
+                config.apply_kubernetes_env(|name| std::env::var(name).ok());
+                if config.targets.pod_selector != self.config.targets.pod_selector
+                    || config.kubernetes != self.config.kubernetes
+                {
+                    tracing::warn!(
+                        "SIGHUP: [targets] pod_selector and [kubernetes] take effect at the next start; the pod list keeps its current settings"
+                    );
+                }
                 config.agent.observe |= self.command_line.observe;
                 for &pid in &self.command_line.pids {
                     if !config.targets.pids.contains(&pid) {
@@ -536,6 +625,23 @@ fn read_status(status: &RwLock<AgentStatus>) -> AgentStatus {
     match status.read() {
         Ok(guard) => guard.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),
+    }
+}
+
+/// The topology read again when the online or with-memory node sets changed since the last
+/// call; `None` when they did not (or could not be read: tried again at the next refresh).
+fn reread_after_hotplug(
+    watch: &mut HotplugWatch,
+    root: &HostRoot,
+    over: &TierOverride,
+) -> Option<Result<TieredTopology, SysfsError>> {
+    match watch.changed(root) {
+        Ok(true) => Some(TieredTopology::read(root, over)),
+        Ok(false) => None,
+        Err(error) => {
+            tracing::debug!(%error, "checking for memory hotplug");
+            None
+        }
     }
 }
 
@@ -583,6 +689,21 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     }
     // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
     coexist::check(&root, config.agent.on_conflict)?;
+    let pod_lister = if config.targets.pod_selector.is_empty() {
+        None
+    } else {
+        let lister = PodLister::new(
+            &config.kubernetes,
+            &config.kubernetes.node_name,
+            &config.targets.pod_selector,
+            |name| std::env::var(name).ok(),
+        )?;
+        tracing::info!(
+            url = lister.url(),
+            "managing the pods of this node that match [targets] pod_selector"
+        );
+        Some(lister)
+    };
     let observe_reason = observe_reason(&config, &tiered);
     if let Some(reason) = &observe_reason {
         tracing::warn!("not migrating: {reason}");
@@ -612,18 +733,16 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let (http_stop, mut http_stop_rx) = watch::channel(false);
     let http = tokio::spawn(http::serve(
         listener,
-        http::Shared {
-            registry: Arc::new(registry),
-            status: Arc::clone(&status),
-            ready: Arc::clone(&ready),
-        },
+        http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready)),
         async move {
             let _ = http_stop_rx.changed().await;
         },
     ));
 
     let selection = config.targets.selection();
-    let observe_all = selection.include.is_empty();
+    let observe_all = selection.include.is_empty() && pod_lister.is_none();
+    let pods = pod_lister
+        .map(|lister| PodWatch::spawn(lister, Duration::from_secs(config.kubernetes.poll_seconds)));
     let mut hotplug = HotplugWatch::new();
     // The first call records the current node sets.
     let _ = hotplug.changed(&root);
@@ -640,11 +759,13 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         metrics,
         status,
         selection,
+        pods,
         observe_all,
         target_set: TargetSet::new(),
         targets: BTreeMap::new(),
         skipped_targets: 0,
         selector_problems: Vec::new(),
+        source_pids: Vec::new(),
         source: None,
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),
@@ -678,6 +799,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     );
     // start_first has logged each failure with its reason.
     drop(failed);
+    agent.source_pids.clone_from(&pids);
     let mut source = source;
     let (routes, routes_rx) = mpsc::channel(1024);
     let (default_tx, mut default_rx) =
@@ -842,5 +964,103 @@ fn dispatch_damon(agent: &Agent, regions: &[memtide_common::DamonRegion], max_nr
         if let Some(handle) = agent.targets.get(&pid) {
             let _ = handle.damon.try_send(observations);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    fn copy_tree(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy_tree(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+
+    /// The slow node of a DRAM + CXL machine goes offline under the agent: the hotplug check
+    /// re-reads the tiers, finds nothing left to migrate to and turns migration off; when the
+    /// node files vanish altogether the error names the file and the last tiers stay.
+    #[test]
+    fn a_slow_node_going_offline_turns_migration_off() {
+        let dir = tempfile::tempdir().unwrap();
+        copy_tree(
+            &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cxl-cpuless"),
+            dir.path(),
+        );
+        let root = HostRoot::new(dir.path());
+        let over = TierOverride::default();
+        let config = Config {
+            targets: config::TargetsConfig {
+                pids: vec![1],
+                ..config::TargetsConfig::default()
+            },
+            ..Config::default()
+        };
+        let mut watch = HotplugWatch::new();
+        let before = reread_after_hotplug(&mut watch, &root, &over)
+            .expect("first check reads")
+            .unwrap();
+        assert_eq!(before.classes.slow, vec![2]);
+        assert_eq!(observe_reason(&config, &before), None);
+        assert!(reread_after_hotplug(&mut watch, &root, &over).is_none());
+
+        let node = dir.path().join("sys/devices/system/node");
+        std::fs::write(node.join("online"), "0-1\n").unwrap();
+        std::fs::write(node.join("has_memory"), "0-1\n").unwrap();
+        std::fs::remove_dir_all(node.join("node2")).unwrap();
+        std::fs::write(node.join("node0/distance"), "10 21\n").unwrap();
+        std::fs::write(node.join("node1/distance"), "21 10\n").unwrap();
+        std::fs::remove_dir_all(
+            dir.path()
+                .join("sys/devices/virtual/memory_tiering/memory_tier22"),
+        )
+        .unwrap();
+        let after = reread_after_hotplug(&mut watch, &root, &over)
+            .expect("the change is seen")
+            .unwrap();
+        assert!(after.classes.slow.is_empty(), "{:?}", after.classes);
+        assert!(
+            observe_reason(&config, &after).is_some_and(|reason| reason.contains("no slow tier")),
+            "{:?}",
+            observe_reason(&config, &after)
+        );
+
+        std::fs::remove_dir_all(node.join("node1")).unwrap();
+        std::fs::write(node.join("online"), "0,1\n").unwrap();
+        std::fs::write(node.join("has_memory"), "0\n").unwrap();
+        let error = reread_after_hotplug(&mut watch, &root, &over)
+            .expect("the change is seen")
+            .unwrap_err();
+        assert!(error.to_string().contains("node1"), "{error}");
+    }
+
+    #[test]
+    fn damon_restarts_on_a_changed_target_list_other_sources_update_it() {
+        let damon = SourceKind::Damon;
+        assert_eq!(
+            source_update(damon, &[1, 2], &[1, 2]),
+            SourceUpdate::Unchanged
+        );
+        assert_eq!(source_update(damon, &[1], &[1, 2]), SourceUpdate::Restart);
+        assert_eq!(
+            source_update(damon, &[1, 2], &[1, 3]),
+            SourceUpdate::Restart
+        );
+        assert_eq!(source_update(damon, &[1, 2], &[1]), SourceUpdate::Restart);
+        // Nothing running yet, or nothing left to watch: a plain update starts or stops it.
+        assert_eq!(source_update(damon, &[], &[4]), SourceUpdate::Set);
+        assert_eq!(source_update(damon, &[4], &[]), SourceUpdate::Set);
+        let swfault = SourceKind::SwFault;
+        assert_eq!(source_update(swfault, &[1], &[1, 2]), SourceUpdate::Set);
+        assert_eq!(source_update(swfault, &[1], &[1]), SourceUpdate::Unchanged);
     }
 }

@@ -7,6 +7,7 @@
 //! - [`maps`], [`numa_maps`], [`smaps`]: parsers for `/proc/PID/{maps,numa_maps,smaps}`;
 //! - [`placement`]: the batched move_pages query telling which node each page is on.
 
+pub mod kube;
 pub mod maps;
 pub mod numa_maps;
 pub mod placement;
