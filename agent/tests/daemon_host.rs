@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{Agent, Workload, http_get, metric_sum, metric_value};
+use support::{Agent, Workload, http_get, metric_sum, metric_value, status_pids};
 
 #[test]
 fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
@@ -196,20 +196,6 @@ fn sighup_reloads_and_a_broken_file_keeps_the_running_configuration() {
         "a broken reload must say why and keep the old configuration:\n{log}"
     );
     assert!(log.contains("configuration reloaded"), "{log}");
-}
-
-/// The pids in /status, ascending.
-fn status_pids(port: u16) -> Vec<u64> {
-    let (_, body) = http_get(port, "/status").expect("/status");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    let mut pids: Vec<u64> = status["targets"]
-        .as_array()
-        .expect("targets")
-        .iter()
-        .filter_map(|t| t["pid"].as_u64())
-        .collect();
-    pids.sort_unstable();
-    pids
 }
 
 #[test]

@@ -13,7 +13,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use support::{Agent, Workload, http_get, metric_value};
+use support::{Agent, Workload, http_get, metric_value, status_pids, wait_for};
 
 const SELECTOR_QUERY: &str =
     "labelSelector=memtide.io%2Ftiering%3Denabled&fieldSelector=spec.nodeName%3Dtest-node";
@@ -115,30 +115,6 @@ impl Drop for PodCgroup {
         let _ = std::fs::remove_dir(Path::new(KUBEPODS).join("burstable"));
         let _ = std::fs::remove_dir(KUBEPODS);
     }
-}
-
-fn status_pids(port: u16) -> Vec<u64> {
-    let (_, body) = http_get(port, "/status").expect("/status");
-    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
-    let mut pids: Vec<u64> = status["targets"]
-        .as_array()
-        .expect("targets")
-        .iter()
-        .filter_map(|t| t["pid"].as_u64())
-        .collect();
-    pids.sort_unstable();
-    pids
-}
-
-fn wait_for(wait: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let deadline = Instant::now() + wait;
-    while Instant::now() < deadline {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    check()
 }
 
 #[test]

@@ -30,6 +30,9 @@ use crate::metrics;
 /// scrapes (many Prometheus replicas, a dashboard storm) then costs a reference-count bump per
 /// request instead of an encode, and cannot starve sampling of CPU.
 const RESPONSE_TTL: Duration = Duration::from_millis(250);
+/// How stale a body may be served while another request encodes a new one (beyond it, that
+/// request is presumed lost and the next one encodes).
+const STALE_LIMIT: Duration = Duration::from_secs(5);
 
 /// What the handlers read.
 #[derive(Clone, Debug)]
@@ -56,20 +59,28 @@ impl Shared {
     }
 
     fn cached(&self, which: Cached, encode: impl FnOnce(&Self) -> Bytes) -> Bytes {
-        let mut cache = match self.cache.lock() {
+        let lock = || match self.cache.lock() {
             Ok(cache) => cache,
             Err(poisoned) => poisoned.into_inner(),
         };
-        let slot = &mut cache.entries[which as usize];
-        if let Some((at, body)) = slot
-            && at.elapsed() < RESPONSE_TTL
         {
-            return body.clone();
+            let mut cache = lock();
+            let refreshing = cache.refreshing[which as usize];
+            if let Some((at, body)) = &cache.entries[which as usize]
+                && (at.elapsed() < RESPONSE_TTL || (refreshing && at.elapsed() < STALE_LIMIT))
+            {
+                return body.clone();
+            }
+            cache.refreshing[which as usize] = true;
         }
-        // Encoded under the lock: concurrent requests wait for this one encode rather than
-        // each doing their own.
+        // Encoded outside the lock, by one request while the others are served the previous
+        // body: the lock is a std mutex held on a runtime worker, and holding it through an
+        // encode would stall every task of the agent (sampling, epochs) along with the
+        // waiting requests.
         let body = encode(self);
-        *slot = Some((Instant::now(), body.clone()));
+        let mut cache = lock();
+        cache.entries[which as usize] = Some((Instant::now(), body.clone()));
+        cache.refreshing[which as usize] = false;
         body
     }
 }
@@ -85,6 +96,8 @@ enum Cached {
 #[derive(Debug, Default)]
 pub struct ResponseCache {
     entries: [Option<(Instant, Bytes)>; 3],
+    /// A request is encoding this kind afresh.
+    refreshing: [bool; 3],
 }
 
 /// OpenMetrics for clients that ask for it (Prometheus does), the classic text format
@@ -171,4 +184,44 @@ pub async fn serve(
     axum::serve(listener, router(shared))
         .with_graceful_shutdown(shutdown)
         .await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shared() -> Shared {
+        Shared::new(
+            Arc::new(Registry::default()),
+            Arc::new(RwLock::new(AgentStatus::default())),
+            Arc::new(AtomicBool::new(true)),
+        )
+    }
+
+    fn age(shared: &Shared, by: Duration) {
+        let mut cache = shared.cache.lock().unwrap();
+        let entry = cache.entries[Cached::Status as usize].as_mut().unwrap();
+        entry.0 = Instant::now().checked_sub(by).unwrap();
+    }
+
+    #[test]
+    fn a_body_is_reused_within_its_ttl_and_served_stale_while_another_request_refreshes() {
+        let shared = shared();
+        let first = shared.cached(Cached::Status, |_| Bytes::from_static(b"one"));
+        assert_eq!(first, "one");
+        let again = shared.cached(Cached::Status, |_| panic!("encoded within the TTL"));
+        assert_eq!(again, "one");
+
+        // Expired, and another request is encoding: the old body, no second encode.
+        age(&shared, RESPONSE_TTL * 2);
+        shared.cache.lock().unwrap().refreshing[Cached::Status as usize] = true;
+        let stale = shared.cached(Cached::Status, |_| panic!("encoded twice at once"));
+        assert_eq!(stale, "one");
+
+        // That request never finished: past the stale limit the next one encodes.
+        age(&shared, STALE_LIMIT * 2);
+        let fresh = shared.cached(Cached::Status, |_| Bytes::from_static(b"two"));
+        assert_eq!(fresh, "two");
+        assert!(!shared.cache.lock().unwrap().refreshing[Cached::Status as usize]);
+    }
 }

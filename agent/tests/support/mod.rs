@@ -202,6 +202,32 @@ pub(crate) fn free_port() -> u16 {
         .expect("a free loopback port")
 }
 
+/// The pids of the agent's targets in its /status, ascending.
+pub(crate) fn status_pids(port: u16) -> Vec<u64> {
+    let (_, body) = http_get(port, "/status").expect("/status");
+    let status: serde_json::Value = serde_json::from_str(&body).expect("status JSON");
+    let mut pids: Vec<u64> = status["targets"]
+        .as_array()
+        .expect("targets")
+        .iter()
+        .filter_map(|t| t["pid"].as_u64())
+        .collect();
+    pids.sort_unstable();
+    pids
+}
+
+/// Polls `check` every 200 ms until it holds or `wait` passes; its last answer.
+pub(crate) fn wait_for(wait: std::time::Duration, mut check: impl FnMut() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + wait;
+    while std::time::Instant::now() < deadline {
+        if check() {
+            return true;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    check()
+}
+
 /// `GET path` from 127.0.0.1:`port`: (status code, body), or None when nothing answers.
 pub(crate) fn http_get(port: u16, path: &str) -> Option<(u16, String)> {
     use std::io::Read as _;

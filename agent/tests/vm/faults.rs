@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    support::{self, Agent, Workload, metric_value},
+    support::{self, Agent, Workload, metric_value, wait_for},
     vm::tiering::{self, MIB_PAGES, SLOW, Timing},
 };
 
@@ -30,18 +30,6 @@ fn restarts(port: u16) -> f64 {
         "stopped_externally",
     )
     .unwrap_or(0.0)
-}
-
-/// Polls `check` every 250 ms until it holds or `wait` passes.
-fn wait_for(wait: Duration, mut check: impl FnMut() -> bool) -> bool {
-    let started = Instant::now();
-    while started.elapsed() < wait {
-        if check() {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-    }
-    check()
 }
 
 #[test]
