@@ -247,6 +247,10 @@ pub struct Engine {
     next_close: Option<Duration>,
     top_n: usize,
     interval_weight: u64,
+    interval_samples: u64,
+    /// Counter units one observation adds to a page: the mean sample weight of the last
+    /// interval with samples, or DAMON's per-`nr_accesses` credit.
+    evidence_unit: f64,
     access_rate: f64,
     hot_cutoff: u32,
     stats: EngineStats,
@@ -267,6 +271,8 @@ impl Engine {
             next_close: None,
             top_n: config.top_n,
             interval_weight: 0,
+            interval_samples: 0,
+            evidence_unit: 1.0,
             access_rate: 0.0,
             hot_cutoff: 0,
             stats: EngineStats::default(),
@@ -305,6 +311,7 @@ impl Engine {
                 self.interval_weight += u64::from(w);
             }
         }
+        self.interval_samples += samples.len() as u64;
     }
 
     fn count(&mut self, addr: u64, found: Option<usize>, write: bool, w: u32) {
@@ -333,12 +340,14 @@ impl Engine {
         if slot != NO_SLOT {
             let page = ((addr >> 12) as usize) & (SUBPAGES - 1);
             self.stage2.add(slot, page, write, w);
+            self.stage2.note_sample(slot, page);
         }
     }
 
     /// Credits DAMON regions to the interval that contains `now`.
     pub fn observe_damon(&mut self, regions: &[DamonObservation], now: Duration) {
         self.tick(now);
+        self.evidence_unit = f64::from(self.cfg.damon_weight.max(1));
         for r in regions {
             let nr = r.nr_accesses.min(r.max_nr_accesses.max(1));
             let per_page = nr.saturating_mul(self.cfg.damon_weight);
@@ -427,7 +436,11 @@ impl Engine {
         } else {
             a * rate + (1.0 - a) * self.access_rate
         };
+        if self.interval_samples > 0 {
+            self.evidence_unit = self.interval_weight as f64 / self.interval_samples as f64;
+        }
         self.interval_weight = 0;
+        self.interval_samples = 0;
         self.update_hot_stats(rd, wd);
     }
 
@@ -524,6 +537,7 @@ impl Engine {
                 reuse: &mut self.reuse,
                 hot_cutoff: self.hot_cutoff,
                 access_rate: self.access_rate,
+                evidence_unit: self.evidence_unit,
             },
             now,
             view,

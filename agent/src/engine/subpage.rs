@@ -48,7 +48,22 @@ pub(crate) struct Stage2 {
     /// Per slot: 512 read counters then 512 write counters.
     counters: Vec<u16>,
     free: Vec<u32>,
+    /// Per slot, this epoch's samples: pages seen at least once, at least twice, and the count.
+    epoch_seen: Vec<EpochSeen>,
 }
+
+#[derive(Clone, Copy, Debug, Default)]
+struct EpochSeen {
+    once: [u64; 8],
+    twice: [u64; 8],
+    samples: u32,
+}
+
+/// Below this many samples in an epoch a superpage's coverage is not estimated.
+const MIN_COVERAGE_SAMPLES: u32 = 16;
+/// Below this sample coverage the unseen pages are not extrapolated: nearly every sample hit a
+/// new page, which is what scattered stray accesses look like as much as dense data.
+const MIN_COVERAGE: f64 = 0.3;
 
 impl Stage2 {
     /// A zeroed slot for superpage `sp`.
@@ -56,10 +71,12 @@ impl Stage2 {
         if let Some(slot) = self.free.pop() {
             self.sps[slot as usize] = sp;
             self.slot_mut(slot).fill(0);
+            self.epoch_seen[slot as usize] = EpochSeen::default();
             slot
         } else {
             self.sps.push(sp);
             self.counters.resize(self.counters.len() + 2 * SUBPAGES, 0);
+            self.epoch_seen.push(EpochSeen::default());
             (self.sps.len() - 1) as u32
         }
     }
@@ -80,6 +97,42 @@ impl Stage2 {
     }
 
     /// (reads, writes) counters of a slot.
+    /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate.
+    pub(crate) fn note_sample(&mut self, slot: u32, page: usize) {
+        let e = &mut self.epoch_seen[slot as usize];
+        let (word, bit) = (page / 64, 1u64 << (page % 64));
+        if e.once[word] & bit != 0 {
+            e.twice[word] |= bit;
+        } else {
+            e.once[word] |= bit;
+        }
+        e.samples = e.samples.saturating_add(1);
+    }
+
+    /// How many pages a superpage's accessed pages stand for, given that sampling missed some:
+    /// `1 / C` with Good–Turing's sample coverage `C = 1 − f1 / n` (`f1` pages seen exactly
+    /// once this epoch, `n` samples). Dense data sampled thinly (every page seen about once)
+    /// has low coverage and scales up; a few hot pages seen many times have coverage near 1.
+    /// 1.0 when the epoch had too few samples, or too low a coverage, to tell.
+    pub(crate) fn density_scale(&self, slot: u32) -> f64 {
+        let e = &self.epoch_seen[slot as usize];
+        if e.samples < MIN_COVERAGE_SAMPLES {
+            return 1.0;
+        }
+        let f1: u32 = e
+            .once
+            .iter()
+            .zip(&e.twice)
+            .map(|(o, t)| (o & !t).count_ones())
+            .sum();
+        let coverage = 1.0 - f64::from(f1) / f64::from(e.samples);
+        if coverage < MIN_COVERAGE {
+            1.0
+        } else {
+            1.0 / coverage
+        }
+    }
+
     pub(crate) fn counters(&self, slot: u32) -> (&[u16], &[u16]) {
         let base = slot as usize * 2 * SUBPAGES;
         self.counters[base..base + 2 * SUBPAGES].split_at(SUBPAGES)
@@ -106,18 +159,55 @@ impl Stage2 {
         for c in &mut self.counters {
             *c = cool(*c, shift);
         }
+        self.epoch_seen.fill(EpochSeen::default());
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
         self.sps.capacity() * size_of::<u64>()
             + self.counters.capacity() * size_of::<u16>()
             + self.free.capacity() * size_of::<u32>()
+            + self.epoch_seen.capacity() * size_of::<EpochSeen>()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn thin_samples_of_dense_data_scale_up_and_repeated_hot_pages_do_not() {
+        let mut s = Stage2::default();
+        let dense = s.allocate(1);
+        // 128 samples, one on each of 128 pages of which 64 got a second one: f1 = 64 of
+        // n = 192, coverage 2/3, so each observed page stands for 1.5.
+        for p in 0..128 {
+            s.note_sample(dense, p * 4);
+        }
+        for p in 0..64 {
+            s.note_sample(dense, p * 4);
+        }
+        assert!((s.density_scale(dense) - 1.5).abs() < 1e-9);
+        // Eight hot pages seen 20 times each: coverage 1, no extrapolation.
+        let hot = s.allocate(2);
+        for _ in 0..20 {
+            for p in 0..8 {
+                s.note_sample(hot, p);
+            }
+        }
+        assert_eq!(s.density_scale(hot), 1.0);
+        // Every sample on a new page (uniform stray accesses): coverage 0, not extrapolated.
+        let stray = s.allocate(3);
+        for p in 0..100 {
+            s.note_sample(stray, p);
+        }
+        assert_eq!(s.density_scale(stray), 1.0);
+        // Too few samples to tell; and an epoch boundary forgets everything.
+        let few = s.allocate(4);
+        s.note_sample(few, 0);
+        assert_eq!(s.density_scale(few), 1.0);
+        s.cool_all(1);
+        assert_eq!(s.density_scale(dense), 1.0);
+    }
 
     #[test]
     fn fifteen_bits_then_overflow_latches() {

@@ -797,3 +797,47 @@ fn max_superpages_below_top_n_max_is_refused_by_name() {
     let error = bad.validate().unwrap_err();
     assert!(error.to_string().contains("max_superpages"), "{error}");
 }
+
+#[test]
+fn a_lone_sample_is_not_heat_but_repeated_samples_are() {
+    // Two slow pages of one superpage: one sampled once per epoch (a stray access under
+    // sampling), one sampled three times. Only the second passes `benefit.min_samples` = 3.
+    let mut e = Engine::new(cfg()).unwrap();
+    let mut model = TierModel::new(0, 64 * MIB, Tier::Slow, 8 * MIB);
+    let (stray, hot) = (8 * PAGE_SIZE, 16 * PAGE_SIZE);
+    let weight = 64;
+    let sample = |addr| Sample {
+        addr,
+        kind: AccessKind::Load,
+        weight,
+    };
+    // The first interval gives the superpage its stage-2 counters; counting starts after it.
+    e.observe_samples(&[sample(0)], 10 * MS);
+    e.observe_samples(&[sample(stray), sample(hot), sample(hot), sample(hot)], 60 * MS);
+    let p = e.plan(1000 * MS, &model, &model.capacity());
+    let promoted: Vec<u64> = p
+        .moves
+        .iter()
+        .filter(|m| m.direction == Direction::Promote)
+        .flat_map(|m| (m.start..m.start + m.len).step_by(PAGE_SIZE as usize))
+        .collect();
+    assert!(promoted.contains(&hot), "{:?}", p.moves);
+    assert!(!promoted.contains(&stray), "{:?}", p.moves);
+    model.apply(&p);
+
+    // With the rule off, the lone sample is promoted too (Eq. (1) as written).
+    let mut c = cfg();
+    c.policy.benefit.min_samples = 0;
+    let mut e = Engine::new(c).unwrap();
+    let model = TierModel::new(0, 64 * MIB, Tier::Slow, 8 * MIB);
+    e.observe_samples(&[sample(0)], 10 * MS);
+    e.observe_samples(&[sample(stray)], 60 * MS);
+    let p = e.plan(1000 * MS, &model, &model.capacity());
+    assert!(
+        p.moves
+            .iter()
+            .any(|m| m.direction == Direction::Promote && m.start == stray),
+        "{:?}",
+        p.moves
+    );
+}

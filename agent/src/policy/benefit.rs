@@ -51,6 +51,11 @@ pub struct BenefitConfig {
     /// A move that reverses one made at most this many epochs earlier counts as ping-pong. It
     /// must exceed the hysteresis (which forbids faster reversals). Default 8.
     pub pingpong_window_epochs: u64,
+    /// A promotion candidate needs counts worth at least this many samples. With sampling, one
+    /// sample on a page is as likely a stray access as heat: ranking by a lone sample swaps
+    /// cold pages in and out every epoch. DAMON's unit is one `nr_accesses` of one page.
+    /// Default 3.
+    pub min_samples: u32,
 }
 
 impl Default for BenefitConfig {
@@ -70,6 +75,7 @@ impl Default for BenefitConfig {
             threshold_max_ns: 1e6,
             pingpong_bound: 0.05,
             pingpong_window_epochs: 8,
+            min_samples: 3,
         }
     }
 }

@@ -96,42 +96,91 @@ fn frac(total: u64, f: f64) -> u64 {
     (total as f64 * f.clamp(0.0, 1.0)).round() as u64
 }
 
-/// Epoch (1-based; 0 = never) of the last promotion and demotion touching a superpage.
+/// Recent moves of one superpage: per direction, the epoch (1-based; 0 = never) of the last
+/// move and the pages moved since that direction's marks were last reset.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 struct Mark {
     promoted: u64,
     demoted: u64,
+    promoted_pages: [u64; 8],
+    demoted_pages: [u64; 8],
 }
 
-/// Recent moves per superpage, for hysteresis and ping-pong accounting.
+/// Recent moves per 4 KiB page, grouped per superpage, for hysteresis and ping-pong accounting.
+///
+/// Pages, not superpages: with sparse hotness one superpage legitimately sees hot pages promoted
+/// and cold ones demoted; only moving the *same* page back is oscillation. A direction's pages
+/// are forgotten together once its last move is older than the window, so memory stays
+/// proportional to the superpages moved recently.
 #[derive(Clone, Debug, Default)]
 pub struct MoveMarks {
     marks: BTreeMap<u64, Mark>,
+    window: u64,
+}
+
+/// Bitmap of pages `[first, first + n)` of a superpage.
+#[must_use]
+pub fn page_bits(first: usize, n: usize) -> [u64; 8] {
+    let mut bits = [0u64; 8];
+    for p in first..(first + n).min(super::SUBPAGES) {
+        bits[p / 64] |= 1 << (p % 64);
+    }
+    bits
 }
 
 impl MoveMarks {
-    /// Whether moving superpage `sp` in `dir` at `epoch` would undo a move made within `window` epochs.
+    /// Pages of superpage `sp` that moving in `dir` at `epoch` would move back within
+    /// `window` epochs of their last move the other way (all zero when none).
     #[must_use]
-    pub fn reverses(&self, sp: u64, dir: Direction, epoch: u64, window: u64) -> bool {
-        self.marks.get(&sp).is_some_and(|m| {
-            let last_opposite = match dir {
-                Direction::Promote => m.demoted,
-                Direction::Demote => m.promoted,
+    pub fn reversed_pages(&self, sp: u64, dir: Direction, epoch: u64, window: u64) -> [u64; 8] {
+        self.marks.get(&sp).map_or([0; 8], |m| {
+            let (last_opposite, pages) = match dir {
+                Direction::Promote => (m.demoted, m.demoted_pages),
+                Direction::Demote => (m.promoted, m.promoted_pages),
             };
-            last_opposite != 0 && epoch.saturating_sub(last_opposite) <= window
+            if last_opposite != 0 && epoch.saturating_sub(last_opposite) <= window {
+                pages
+            } else {
+                [0; 8]
+            }
         })
     }
 
-    pub fn record(&mut self, sp: u64, dir: Direction, epoch: u64) {
+    /// Whether moving any page of `pages` of superpage `sp` in `dir` would undo a move made
+    /// within `window` epochs.
+    #[must_use]
+    pub fn reverses(
+        &self,
+        sp: u64,
+        pages: &[u64; 8],
+        dir: Direction,
+        epoch: u64,
+        window: u64,
+    ) -> bool {
+        let back = self.reversed_pages(sp, dir, epoch, window);
+        back.iter().zip(pages).any(|(a, b)| a & b != 0)
+    }
+
+    /// Records that `pages` of superpage `sp` moved in `dir` at `epoch`.
+    pub fn record(&mut self, sp: u64, pages: &[u64; 8], dir: Direction, epoch: u64) {
+        let window = self.window;
         let m = self.marks.entry(sp).or_default();
-        match dir {
-            Direction::Promote => m.promoted = epoch,
-            Direction::Demote => m.demoted = epoch,
+        let (last, bits) = match dir {
+            Direction::Promote => (&mut m.promoted, &mut m.promoted_pages),
+            Direction::Demote => (&mut m.demoted, &mut m.demoted_pages),
+        };
+        if *last == 0 || epoch.saturating_sub(*last) > window {
+            *bits = [0; 8];
+        }
+        *last = epoch;
+        for (b, p) in bits.iter_mut().zip(pages) {
+            *b |= p;
         }
     }
 
-    /// Forgets moves older than `window` epochs.
+    /// Forgets moves older than `window` epochs (and keeps `window` for [`Self::record`]).
     pub fn prune(&mut self, epoch: u64, window: u64) {
+        self.window = window;
         self.marks
             .retain(|_, m| epoch.saturating_sub(m.promoted.max(m.demoted)) <= window);
     }
@@ -196,14 +245,36 @@ mod tests {
     #[test]
     fn hysteresis_window_boundaries() {
         let mut m = MoveMarks::default();
-        m.record(7, Direction::Promote, 10);
-        assert!(m.reverses(7, Direction::Demote, 12, 2));
-        assert!(!m.reverses(7, Direction::Demote, 13, 2));
-        assert!(!m.reverses(7, Direction::Promote, 11, 2));
-        assert!(!m.reverses(8, Direction::Demote, 11, 2));
+        m.prune(0, 8);
+        let all = [u64::MAX; 8];
+        m.record(7, &all, Direction::Promote, 10);
+        assert!(m.reverses(7, &all, Direction::Demote, 12, 2));
+        assert!(!m.reverses(7, &all, Direction::Demote, 13, 2));
+        assert!(!m.reverses(7, &all, Direction::Promote, 11, 2));
+        assert!(!m.reverses(8, &all, Direction::Demote, 11, 2));
         m.prune(18, 8);
         assert_eq!(m.len(), 1);
         m.prune(19, 8);
         assert!(m.is_empty());
+    }
+
+    #[test]
+    fn only_the_same_pages_moving_back_reverse_a_move() {
+        let mut m = MoveMarks::default();
+        m.prune(0, 8);
+        m.record(3, &page_bits(0, 16), Direction::Promote, 5);
+        // Demoting other pages of the superpage is not a reversal; demoting a promoted one is.
+        assert!(!m.reverses(3, &page_bits(16, 496), Direction::Demote, 6, 2));
+        assert!(m.reverses(3, &page_bits(15, 2), Direction::Demote, 6, 2));
+        assert_eq!(
+            m.reversed_pages(3, Direction::Demote, 6, 2),
+            page_bits(0, 16)
+        );
+        // A later promotion adds pages while the window is open, and starts afresh after it.
+        m.record(3, &page_bits(100, 1), Direction::Promote, 7);
+        assert!(m.reverses(3, &page_bits(0, 1), Direction::Demote, 8, 2));
+        m.record(3, &page_bits(200, 1), Direction::Promote, 20);
+        assert!(!m.reverses(3, &page_bits(0, 1), Direction::Demote, 21, 2));
+        assert!(m.reverses(3, &page_bits(200, 1), Direction::Demote, 21, 2));
     }
 }

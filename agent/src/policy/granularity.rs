@@ -137,6 +137,17 @@ pub struct ScanRegion {
     /// Pages with a non-zero access counter.
     pub accessed: [u64; 8],
     pub residency: Residency,
+    /// Accessed pages each observed accessed page stands for (≥ 1): sampling misses pages of
+    /// dense data, and Ryoo's thresholds assume complete access bits.
+    pub density_scale: f64,
+}
+
+impl ScanRegion {
+    /// Estimated accessed pages among `observed`, at most `pages`.
+    #[must_use]
+    pub fn estimate(&self, observed: u32, pages: u32) -> u32 {
+        ((f64::from(observed) * self.density_scale.max(1.0)).round() as u32).min(pages)
+    }
 }
 
 /// Counts of one move-in and one move-out scan.
@@ -261,9 +272,16 @@ fn scan(
         }
         let acc: [u64; 8] = std::array::from_fn(|i| t[i] & r.accessed[i]);
         for (ci, chunk) in chunks.iter_mut().enumerate() {
-            *chunk = (bits_in(&t, ci * mp, mp) > 0, bits_in(&acc, ci * mp, mp));
+            let tier_pages = bits_in(&t, ci * mp, mp);
+            *chunk = (
+                tier_pages > 0,
+                r.estimate(bits_in(&acc, ci * mp, mp), tier_pages),
+            );
         }
-        visit(acc.iter().map(|w| w.count_ones()).sum(), &chunks);
+        visit(
+            r.estimate(acc.iter().map(|w| w.count_ones()).sum(), n),
+            &chunks,
+        );
         seen += n;
         last = r.sp;
         if seen >= cfg.scan_pages {
@@ -298,6 +316,7 @@ mod tests {
             sp,
             accessed,
             residency: Residency::all(Tier::Slow),
+            density_scale: 1.0,
         }
     }
 
@@ -341,6 +360,7 @@ mod tests {
             sp,
             accessed,
             residency: Residency::all(Tier::Fast),
+            density_scale: 1.0,
         };
         // Dense streaming data in fast memory keeps 2 MiB.
         let mut st = GranularityState {
@@ -482,6 +502,7 @@ mod tests {
                 sp,
                 accessed: mask([0]),
                 residency: Residency::all(Tier::Fast),
+                density_scale: 1.0,
             })
             .collect();
         st.update(&cfg, &sparse);

@@ -20,7 +20,7 @@ use super::{
     CapacityView, Granularity, PAGE_SIZE, PlacementView, PolicyConfig, Residency, SUBPAGES,
     SUPERPAGE_SIZE, bandwidth,
     benefit::{CostModel, Threshold},
-    capacity::MoveMarks,
+    capacity::{MoveMarks, page_bits},
     epoch::{EpochChange, EpochController, EpochInputs, ReuseHistogram},
     granularity::{GranularityState, ScanRegion},
     rw::{self, WritePrediction},
@@ -112,6 +112,8 @@ pub(crate) struct Hotness<'a> {
     pub reuse: &'a mut ReuseHistogram,
     pub hot_cutoff: u32,
     pub access_rate: f64,
+    /// Counter units one sample adds (the mean sample weight).
+    pub evidence_unit: f64,
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -140,6 +142,33 @@ struct Victim {
     /// Accesses per epoch on the stage-1 scale.
     traffic: f64,
     read_dominant: bool,
+}
+
+impl Victim {
+    /// Splits off the first `bytes` of a run of 4 KiB pages (counts pro rata); whole-superpage
+    /// victims and runs no longer than `bytes` are taken whole.
+    fn take(self, bytes: u64) -> (Self, Option<Self>) {
+        if self.gran != Granularity::KIB_4 || bytes == 0 || bytes >= self.len {
+            return (self, None);
+        }
+        let f = bytes as f64 / self.len as f64;
+        let part = Self {
+            len: bytes,
+            reads: self.reads * f,
+            writes: self.writes * f,
+            traffic: self.traffic * f,
+            ..self
+        };
+        let rest = Self {
+            start: self.start + bytes,
+            len: self.len - bytes,
+            reads: self.reads - part.reads,
+            writes: self.writes - part.writes,
+            traffic: self.traffic - part.traffic,
+            ..self
+        };
+        (part, Some(rest))
+    }
 }
 
 /// Planner state carried across epochs.
@@ -265,6 +294,7 @@ impl Planner {
                 sp,
                 accessed,
                 residency,
+                density_scale: h.stage2.density_scale(slot),
             });
             residencies.push(residency);
         }
@@ -273,12 +303,12 @@ impl Planner {
         let write_first = pc.rw.write_priority && costs.writes_cost_more();
         let mut candidates = Vec::new();
         for (&(slot, sp), region) in live.iter().zip(&regions) {
-            if self
-                .marks
-                .reverses(sp, Direction::Promote, epoch, pc.capacity.hysteresis_epochs)
-            {
-                continue;
-            }
+            let blocked = self.marks.reversed_pages(
+                sp,
+                Direction::Promote,
+                epoch,
+                pc.capacity.hysteresis_epochs,
+            );
             let rec = h.stage1.find(sp).map(|idx| h.stage1.records()[idx]);
             let class = match rec {
                 Some(rec) if write_first => rw::predict(rec.write_history, &pc.rw),
@@ -300,8 +330,9 @@ impl Planner {
                 w,
                 k2,
                 traffic_per_count,
-                residency: &region.residency,
-                accessed: &region.accessed,
+                region,
+                blocked: &blocked,
+                min_counts: f64::from(pc.benefit.min_samples) * h.evidence_unit,
                 class,
             };
             self.region_candidates(pc, &costs, target, &ctx, &mut candidates);
@@ -388,17 +419,29 @@ impl Planner {
                 let mut picked = Vec::new();
                 let (mut freed, mut vr, mut vw) = (0u64, 0.0, 0.0);
                 let mut j = vi;
+                // A run of cold 4 KiB pages longer than what is still missing gives up only that
+                // much (its counts pro rata); the rest stays a victim for the next candidates.
+                let mut split = None;
                 while room + i128::from(freed) < i128::from(c.need) && j < victims.len() {
                     let v = victims[j];
-                    j += 1;
                     if out.promoted_sps.contains(&v.sp) || v.sp == c.sp || freed + v.len > d_budget
                     {
+                        j += 1;
                         continue;
                     }
-                    picked.push(v);
-                    freed += v.len;
-                    vr += v.reads;
-                    vw += v.writes;
+                    let missing = u64::try_from(i128::from(c.need) - room - i128::from(freed))
+                        .unwrap_or(0)
+                        .next_multiple_of(PAGE_SIZE);
+                    let (part, rest) = v.take(missing);
+                    picked.push(part);
+                    freed += part.len;
+                    vr += part.reads;
+                    vw += part.writes;
+                    if let Some(rest) = rest {
+                        split = Some(rest);
+                    } else {
+                        j += 1;
+                    }
                 }
                 if room + i128::from(freed) < i128::from(c.need) {
                     break;
@@ -406,6 +449,9 @@ impl Planner {
                 let delta = costs.eq2((c.reads, c.writes, c.need), (vr, vw, freed));
                 if delta <= self.threshold.for_bytes(c.need) {
                     break;
+                }
+                if let Some(rest) = split {
+                    victims[j] = rest;
                 }
                 vi = j;
                 d_budget -= freed;
@@ -471,11 +517,19 @@ impl Planner {
         let mut pingpong = 0;
         let mut moved = 0;
         self.last_promoted.clear();
+        let pages_of = |mv: &PlannedMove| {
+            let first = ((mv.start >> 12) & (SUBPAGES as u64 - 1)) as usize;
+            page_bits(first, (mv.len / PAGE_SIZE) as usize)
+        };
         for m in &out.moves {
             let sp = m.mv.start >> 21;
-            if self.marks.reverses(sp, m.mv.direction, epoch, window) {
-                pingpong += m.bytes;
-            }
+            let back = self.marks.reversed_pages(sp, m.mv.direction, epoch, window);
+            let reversed: u32 = back
+                .iter()
+                .zip(&pages_of(&m.mv))
+                .map(|(a, b)| (a & b).count_ones())
+                .sum();
+            pingpong += u64::from(reversed) * PAGE_SIZE;
             moved += m.bytes;
             if m.mv.direction == Direction::Promote {
                 self.last_promoted
@@ -483,7 +537,8 @@ impl Planner {
             }
         }
         for m in &out.moves {
-            self.marks.record(m.mv.start >> 21, m.mv.direction, epoch);
+            self.marks
+                .record(m.mv.start >> 21, &pages_of(&m.mv), m.mv.direction, epoch);
         }
         self.last_moved = moved;
         self.last_pingpong = pingpong;
@@ -513,12 +568,13 @@ impl Planner {
     /// Feeds the epoch that just ended to the epoch controller and the threshold.
     fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel, k2: f64) -> EpochChange {
         let pc = &h.cfg.policy;
-        let (mut inter, mut union, mut touched) = (0u64, 0u64, 0u64);
+        let (mut inter, mut union, mut touched, mut hot_now) = (0u64, 0u64, 0u64, 0u64);
         let cutoff = h.hot_cutoff.max(1);
         let had_prev = self.prev_touched.is_some();
         for rec in h.stage1.records_mut() {
             let hot = rec.accesses() >= cutoff;
             let prev = rec.flags & HOT_PREV != 0;
+            hot_now += u64::from(hot);
             inter += u64::from(hot && prev);
             union += u64::from(hot || prev);
             touched += u64::from(rec.flags & TOUCHED_EPOCH != 0);
@@ -531,7 +587,11 @@ impl Planner {
         let interval = h.cfg.interval();
         let inputs = EpochInputs {
             reuse_median: h.reuse.median().map(|g| interval * g),
-            jaccard: (had_prev && union > 0).then(|| inter as f64 / union as f64),
+            // When the hot set is most of what was touched, heat is flat across superpages
+            // (sparse hotness inside each, or uniform access) and which superpages make the
+            // 70 % cut is sampling noise: their overlap says nothing about the workload moving.
+            jaccard: (had_prev && union > 0 && hot_now * 2 <= touched)
+                .then(|| inter as f64 / union as f64),
             touched,
             prev_touched: self.prev_touched,
             pingpong_share: if self.last_moved == 0 {
@@ -596,15 +656,15 @@ impl Planner {
     ) {
         let g = &pc.granularity;
         let base = ctx.sp << 21;
-        let accessed: u32 = ctx.accessed.iter().map(|w| w.count_ones()).sum();
-        let slow = ctx.residency.slow_pages();
+        let accessed: u32 = ctx.region.accessed.iter().map(|w| w.count_ones()).sum();
+        let slow = ctx.region.residency.slow_pages();
         if slow == 0 {
             return;
         }
         let mut push = |start_page: usize, pages: usize, gran: Granularity| {
             let (mut reads, mut writes, mut counts, mut need) = (0.0, 0.0, 0.0, 0u64);
             for p in start_page..start_page + pages {
-                if ctx.residency.tier(p) == Some(super::Tier::Slow) {
+                if ctx.region.residency.tier(p) == Some(super::Tier::Slow) {
                     let (cr, cw) = (
                         f64::from(subpage::value(ctx.r[p])),
                         f64::from(subpage::value(ctx.w[p])),
@@ -618,8 +678,13 @@ impl Planner {
             if need == 0 {
                 return;
             }
+            // Pages demoted within the hysteresis window stay where they are.
+            let range = page_bits(start_page, pages);
+            if range.iter().zip(ctx.blocked).any(|(a, b)| a & b != 0) {
+                return;
+            }
             let benefit = costs.eq1(reads, writes, need);
-            if benefit > self.threshold.for_bytes(need) {
+            if counts >= ctx.min_counts && benefit > self.threshold.for_bytes(need) {
                 out.push(Candidate {
                     sp: ctx.sp,
                     start: base + start_page as u64 * PAGE_SIZE,
@@ -639,14 +704,15 @@ impl Planner {
         }
         let mp = g.medium.pages() as usize;
         for chunk in (0..SUBPAGES).step_by(mp) {
-            let acc = (chunk..chunk + mp)
-                .filter(|&p| ctx.accessed[p / 64] & (1 << (p % 64)) != 0)
+            let observed = (chunk..chunk + mp)
+                .filter(|&p| ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0)
                 .count() as u32;
+            let acc = ctx.region.estimate(observed, mp as u32);
             if g.chunk_granularity(target, acc) == g.medium {
                 push(chunk, mp, g.medium);
             } else {
                 for p in chunk..chunk + mp {
-                    if ctx.accessed[p / 64] & (1 << (p % 64)) != 0 {
+                    if ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0 {
                         push(p, 1, Granularity::KIB_4);
                     }
                 }
@@ -679,14 +745,14 @@ impl Planner {
             }
             // Stage 2 says which pages carry the traffic; without it assume it is spread evenly.
             traffic.fast += acc * fast_fraction(h.stage2, rec.slot, &res);
-            if self.marks.reverses(
+            // Pages promoted within the hysteresis window are not victims.
+            let recent = self.marks.reversed_pages(
                 rec.sp,
                 Direction::Demote,
                 epoch,
                 pc.capacity.hysteresis_epochs,
-            ) {
-                continue;
-            }
+            );
+            let settled = |p: usize| recent[p / 64] & (1 << (p % 64)) == 0;
             let rd = rw::classify(
                 u64::from(rec.heat_r),
                 u64::from(rec.heat_w),
@@ -711,7 +777,7 @@ impl Planner {
                     let (pr, pw) = page(p);
                     costs.eq1(pr, pw, PAGE_SIZE) > page_thr
                 };
-                if fast as usize == SUBPAGES && !(0..SUBPAGES).any(hot) {
+                if fast as usize == SUBPAGES && recent == [0; 8] && !(0..SUBPAGES).any(hot) {
                     let (reads, writes) = (0..SUBPAGES)
                         .map(page)
                         .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1));
@@ -728,7 +794,7 @@ impl Planner {
                 } else {
                     runs(
                         &res,
-                        |p| !hot(p),
+                        |p| settled(p) && !hot(p),
                         |first, n| {
                             let (reads, writes) = (first..first + n)
                                 .map(page)
@@ -754,7 +820,7 @@ impl Planner {
                         f64::from(rec.heat_w) * k1 * f,
                     )
                 };
-                if fast as usize == SUBPAGES {
+                if fast as usize == SUBPAGES && recent == [0; 8] {
                     let (reads, writes) = per_page(SUBPAGES);
                     victims.push(Victim {
                         sp: rec.sp,
@@ -767,23 +833,19 @@ impl Planner {
                         traffic: reads + writes,
                     });
                 } else {
-                    runs(
-                        &res,
-                        |_| true,
-                        |first, n| {
-                            let (reads, writes) = per_page(n);
-                            victims.push(Victim {
-                                sp: rec.sp,
-                                start: base + first as u64 * PAGE_SIZE,
-                                len: n as u64 * PAGE_SIZE,
-                                gran: Granularity::KIB_4,
-                                reads,
-                                writes,
-                                read_dominant: rd,
-                                traffic: reads + writes,
-                            });
-                        },
-                    );
+                    runs(&res, settled, |first, n| {
+                        let (reads, writes) = per_page(n);
+                        victims.push(Victim {
+                            sp: rec.sp,
+                            start: base + first as u64 * PAGE_SIZE,
+                            len: n as u64 * PAGE_SIZE,
+                            gran: Granularity::KIB_4,
+                            reads,
+                            writes,
+                            read_dominant: rd,
+                            traffic: reads + writes,
+                        });
+                    });
                 }
             }
         }
@@ -796,9 +858,12 @@ impl Planner {
             while a < end {
                 let sp = a >> 21;
                 let piece_end = ((sp + 1) << 21).min(end);
+                let first = ((a >> 12) & (SUBPAGES as u64 - 1)) as usize;
+                let pages = ((piece_end - a) / PAGE_SIZE) as usize;
                 if h.stage1.find(sp).is_none()
                     && !self.marks.reverses(
                         sp,
+                        &page_bits(first, pages),
                         Direction::Demote,
                         epoch,
                         pc.capacity.hysteresis_epochs,
@@ -834,8 +899,12 @@ struct RegionCtx<'a> {
     w: &'a [u16],
     k2: f64,
     traffic_per_count: f64,
-    residency: &'a Residency,
-    accessed: &'a [u64; 8],
+    /// Accessed pages and their density estimate.
+    region: &'a ScanRegion,
+    /// Pages demoted within the hysteresis window.
+    blocked: &'a [u64; 8],
+    /// Raw stage-2 counts a candidate needs (`benefit.min_samples` samples' worth).
+    min_counts: f64,
     class: WritePrediction,
 }
 
@@ -983,6 +1052,38 @@ mod tests {
             (0, 12288, 3.0)
         );
         assert_eq!(out[1].reason, MoveReason::Swap);
+    }
+
+    #[test]
+    fn a_long_cold_run_gives_up_only_what_a_candidate_needs() {
+        let v = Victim {
+            sp: 1,
+            start: 1 << 21,
+            len: 32 * PAGE_SIZE,
+            gran: Granularity::KIB_4,
+            reads: 32.0,
+            writes: 8.0,
+            traffic: 64.0,
+            read_dominant: true,
+        };
+        let (part, rest) = v.take(PAGE_SIZE);
+        let rest = rest.expect("the rest stays a victim");
+        assert_eq!((part.start, part.len), (1 << 21, PAGE_SIZE));
+        assert_eq!(
+            (rest.start, rest.len),
+            ((1 << 21) + PAGE_SIZE, 31 * PAGE_SIZE)
+        );
+        assert!((part.reads - 1.0).abs() < 1e-9 && (rest.reads - 31.0).abs() < 1e-9);
+        assert!((part.writes + rest.writes - 8.0).abs() < 1e-9);
+        assert!((part.traffic - 2.0).abs() < 1e-9);
+        // Whole superpages and runs no longer than the need are taken whole.
+        assert!(v.take(32 * PAGE_SIZE).1.is_none());
+        let whole = Victim {
+            len: SUPERPAGE_SIZE,
+            gran: Granularity::MIB_2,
+            ..v
+        };
+        assert_eq!(whole.take(PAGE_SIZE).0.len, SUPERPAGE_SIZE);
     }
 
     #[test]

@@ -5,8 +5,8 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    support::{self, Agent, Workload, metric_value, wait_for},
-    vm::tiering::{self, MIB_PAGES, SLOW, Timing},
+    support::{self, metric_value, wait_for},
+    vm::tiering::{self, Timing},
 };
 
 const KDAMONDS: &str = "/sys/kernel/mm/damon/admin/kdamonds";
@@ -38,26 +38,8 @@ fn a_kdamond_turned_off_from_outside_is_started_again() {
         return;
     }
     let _timing = Timing::start("faults");
-    let mut w = Workload::spawn(&[
-        "--pages",
-        &(64 * MIB_PAGES).to_string(),
-        "--node",
-        &SLOW.to_string(),
-    ]);
-    assert!(
-        w.command(&format!("start rw 0 {}", 16 * MIB_PAGES))
-            .starts_with("started")
-    );
-    let config = tiering::write_config(
-        "faults-kdamond",
-        "[sources]\norder = [\"damon\"]\n[engine.policy.epoch]\nadaptive = false\ninitial_ms = 1000\n",
-    );
-    let config = config.to_string_lossy().into_owned();
-    let pid = w.pid.to_string();
-    let agent = Agent::start(
-        &["--config", &config, "--pid", &pid],
-        Duration::from_secs(90),
-    );
+    let w = tiering::hot_on_slow(64, 16);
+    let agent = tiering::start_agent("faults-kdamond", "", w.pid, &[]);
     assert!(
         wait_for(Duration::from_secs(30), || damon_samples(agent.port) > 0.0),
         "DAMON delivered no regions before the fault:\n{}",

@@ -10,7 +10,7 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    support::{self, Agent, Workload},
+    support::{self, Workload},
     vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
 };
 
@@ -41,15 +41,8 @@ fn drive(
     w: &mut Workload,
     mut done: impl FnMut(&mut Workload, u64) -> bool,
 ) -> (Option<u64>, String) {
-    let config = tiering::config(name, extra);
-    let config = config.to_string_lossy().into_owned();
-    let pid = w.pid.to_string();
     let started = Instant::now();
-    let agent = Agent::start_with_env(
-        &["--config", &config, "--pid", &pid],
-        &[("RUST_LOG", "info,memtide::daemon::target=debug")],
-        Duration::from_secs(90),
-    );
+    let agent = tiering::start_agent(name, extra, w.pid, &[]);
     let mut reached = None;
     let mut epochs = 0;
     while epochs < EPOCH_BOUND {

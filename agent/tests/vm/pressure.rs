@@ -10,7 +10,7 @@ use std::{
 };
 
 use crate::{
-    support::{self, Agent, Workload},
+    support::{self, Workload},
     vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
 };
 
@@ -83,15 +83,8 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
         })
     };
 
-    let config = tiering::config("pressure", "");
-    let config = config.to_string_lossy().into_owned();
-    let pid = w.pid.to_string();
     let started = Instant::now();
-    let agent = Agent::start_with_env(
-        &["--config", &config, "--pid", &pid],
-        &[("RUST_LOG", "info,memtide::daemon::target=debug")],
-        Duration::from_secs(90),
-    );
+    let agent = tiering::start_agent("pressure", "", w.pid, &[]);
     let (mut hot_fast, mut cold_demoted, mut epochs) = (0.0, 0, 0);
     let mut reached = None;
     while epochs < EPOCH_BOUND {

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    support::{self, Agent, Workload, metric_value},
+    support::{self, Workload, metric_value},
     vm::tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on, share},
 };
 
@@ -64,19 +64,9 @@ pub(crate) fn scenario(observe: bool, name: &str, max_epochs: u64) -> Outcome {
     let reply = w.command(&format!("start rw {HOT_FIRST} {HOT_PAGES}"));
     assert_eq!(reply, format!("started pages={HOT_PAGES}"));
 
-    let config = tiering::config(name, "");
-    let pid = w.pid.to_string();
-    let config_arg = config.to_string_lossy().into_owned();
-    let mut args = vec!["--config", &config_arg, "--pid", &pid];
-    if observe {
-        args.push("--observe");
-    }
     let started = Instant::now();
-    let agent = Agent::start_with_env(
-        &args,
-        &[("RUST_LOG", "info,memtide::daemon::target=debug")],
-        Duration::from_secs(90),
-    );
+    let observe_arg: &[&str] = if observe { &["--observe"] } else { &[] };
+    let agent = tiering::start_agent(name, "", w.pid, observe_arg);
     eprintln!(
         "{name}: agent ready after {:.1} s",
         started.elapsed().as_secs_f64()

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use crate::{
     support::{self, Agent, Workload, metric_value},
-    vm::tiering::{self, MIB_PAGES, SLOW, Timing},
+    vm::tiering::{self, MIB_PAGES, Timing},
 };
 
 /// Runs the agent with only `source` on process `pid` until the target has samples and a hot
@@ -93,16 +93,7 @@ fn swfault_and_damon_sources_work_in_the_daemon() {
     assert!(epochs >= 3, "only {epochs} epochs planned");
 
     // DAMON: a workload on node 1 with a 16 MiB hot range in 64 MiB.
-    let mut w = Workload::spawn(&[
-        "--pages",
-        &(64 * MIB_PAGES).to_string(),
-        "--node",
-        &SLOW.to_string(),
-    ]);
-    assert!(
-        w.command(&format!("start rw 0 {}", 16 * MIB_PAGES))
-            .starts_with("started")
-    );
+    let w = tiering::hot_on_slow(64, 16);
     let (samples, target_samples, hot, epochs) = run_with("damon", w.pid, Duration::from_secs(30));
     assert!(
         samples > 0.0 && target_samples > 0,

@@ -6,7 +6,7 @@ use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use memtide::daemon::status::{AgentStatus, TargetStatus};
 
-use crate::support::{Workload, http_get};
+use crate::support::{Agent, Workload, http_get};
 
 pub(crate) const PAGE: u64 = 4096;
 pub(crate) const MIB_PAGES: u64 = 256;
@@ -27,6 +27,34 @@ pub(crate) fn config(name: &str, extra: &str) -> PathBuf {
          initial_ms = 1000\n"
     );
     write_config(name, &text)
+}
+
+/// `memtide run` with [`config`]`(name, extra)` on process `pid` (plus `args`), with the
+/// target tasks' debug lines (each plan) in its log.
+pub(crate) fn start_agent(name: &str, extra: &str, pid: u32, args: &[&str]) -> Agent {
+    let config = config(name, extra).to_string_lossy().into_owned();
+    let pid = pid.to_string();
+    let mut all = vec!["--config", config.as_str(), "--pid", pid.as_str()];
+    all.extend_from_slice(args);
+    Agent::start_with_env(
+        &all,
+        &[("RUST_LOG", "info,memtide::daemon::target=debug")],
+        std::time::Duration::from_secs(90),
+    )
+}
+
+/// A workload of `total_mib` on the slow node whose first `hot_mib` a background thread keeps
+/// reading and writing.
+pub(crate) fn hot_on_slow(total_mib: u64, hot_mib: u64) -> Workload {
+    let mut w = Workload::spawn(&[
+        "--pages",
+        &(total_mib * MIB_PAGES).to_string(),
+        "--node",
+        &SLOW.to_string(),
+    ]);
+    let reply = w.command(&format!("start rw 0 {}", hot_mib * MIB_PAGES));
+    assert!(reply.starts_with("started"), "{reply}");
+    w
 }
 
 /// Writes `text` as target/vm/NAME.toml (the guest's writable directory) and returns its path.
