@@ -813,7 +813,10 @@ fn a_lone_sample_is_not_heat_but_repeated_samples_are() {
     };
     // The first interval gives the superpage its stage-2 counters; counting starts after it.
     e.observe_samples(&[sample(0)], 10 * MS);
-    e.observe_samples(&[sample(stray), sample(hot), sample(hot), sample(hot)], 60 * MS);
+    e.observe_samples(
+        &[sample(stray), sample(hot), sample(hot), sample(hot)],
+        60 * MS,
+    );
     let p = e.plan(1000 * MS, &model, &model.capacity());
     let promoted: Vec<u64> = p
         .moves
