@@ -37,9 +37,15 @@ export MEMTIDE_REQUIRE_PRIVILEGED=1
 # printed either way; MEMTIDE_VM_BACKTRACE=1 turns backtraces back on.
 export RUST_BACKTRACE="${MEMTIDE_VM_BACKTRACE:-0}"
 
+# The kernel log, kept on the host side: when the guest dies (an OOM kill of init, a panic) vng
+# only reports exit status 255, and vm/test.sh prints the end of this file.
+cat /dev/kmsg >target/vm/kmsg.log 2>/dev/null &
+kmsg_reader=$!
+
 status=0
 for binary in "${binaries[@]}"; do
     echo "vm: running $(basename "$binary")"
     "$binary" --test-threads=1 "$@" || status=1
 done
+kill "$kmsg_reader" 2>/dev/null
 exit "$status"

@@ -36,7 +36,7 @@ if [ "${#binaries[@]}" -ne "${#VM_TESTS[@]}" ]; then
 fi
 
 mkdir -p target/vm
-rm -f target/vm/boot-seconds
+rm -f target/vm/boot-seconds target/vm/kmsg.log
 start_ns=$(date +%s%N)
 # Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
 # log), wiping everything printed before the VM started.
@@ -51,6 +51,13 @@ status=${PIPESTATUS[0]}
 set -e
 elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
 
+if [ "$status" -ne 0 ] && [ -s target/vm/kmsg.log ]; then
+    # Priority 0-4 (emerg..warning) records, plus anything about OOM or a panic: enough to tell a
+    # guest that died from a test that failed.
+    echo "vm-test: the guest kernel's last warnings (target/vm/kmsg.log has the whole log):"
+    awk -F';' '/^[0-9]+,/ { split($1, f, ","); if (f[1] % 8 <= 4 || $0 ~ /oom|panic|Killed process|segfault/) print }' \
+        target/vm/kmsg.log | tail -n 60
+fi
 boot=$(cat target/vm/boot-seconds 2>/dev/null || echo "?")
 printf 'vm-test: guest boot %s s, round trip %d.%03d s, exit status %d\n' \
     "$boot" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)) "$status"
