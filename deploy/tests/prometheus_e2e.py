@@ -137,10 +137,16 @@ def find_agent(listen: str) -> int | None:
 
 
 def drive_workload(proc: subprocess.Popen, stop: threading.Event) -> None:
-    """Keeps the workload faulting pages (swfault) and sweeping a hot range."""
+    """Keeps the workload faulting pages (swfault) and sweeping a hot range.
+
+    `touch` right after `churn` faults the whole buffer back in, so the pages the faults were
+    sampled on are resident through the 1 s sweep, when memtide most likely queries where they
+    are. In the other order 7/8 of the buffer stayed discarded during the sweep, and an epoch
+    whose sampled pages were all absent reports no fast-tier hit ratio (a flaky e2e failure).
+    """
     try:
         while not stop.is_set() and proc.poll() is None:
-            for cmd in ("churn 3", "hot 0 1024 1 r", "touch"):
+            for cmd in ("churn 3", "touch", "hot 0 1024 1 r"):
                 proc.stdin.write(cmd + "\n")
                 proc.stdin.flush()
                 if not proc.stdout.readline():
