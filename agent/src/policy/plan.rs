@@ -171,6 +171,27 @@ impl Victim {
     }
 }
 
+/// Reads, writes, bytes and number of the candidates, in order, that fit in `surplus` bytes of
+/// room and `budget` bytes of promotion budget, skipping the superpages `excluded` says to.
+fn riders(
+    candidates: &[Candidate],
+    surplus: u64,
+    budget: u64,
+    excluded: impl Fn(u64) -> bool,
+) -> (f64, f64, u64, usize) {
+    let (mut reads, mut writes, mut need, mut count) = (0.0, 0.0, 0u64, 0);
+    for c in candidates {
+        if need + c.need > surplus.min(budget) || excluded(c.sp) {
+            continue;
+        }
+        reads += c.reads;
+        writes += c.writes;
+        need += c.need;
+        count += 1;
+    }
+    (reads, writes, need, count)
+}
+
 /// Planner state carried across epochs.
 #[derive(Clone, Debug)]
 pub(crate) struct Planner {
@@ -399,7 +420,7 @@ impl Planner {
         let mut fast_traffic = traffic.fast;
         let share_limit = share_target.map(|f| (f + pc.bandwidth.share_tolerance) * traffic.total);
         let mut swapped = false;
-        for c in &candidates {
+        for (ci, c) in candidates.iter().enumerate() {
             if c.need > p_budget || out.demoted_sps.contains(&c.sp) {
                 continue;
             }
@@ -446,8 +467,32 @@ impl Planner {
                 if room + i128::from(freed) < i128::from(c.need) {
                     break;
                 }
-                let delta = costs.eq2((c.reads, c.writes, c.need), (vr, vw, freed));
-                if delta <= self.threshold.for_bytes(c.need) {
+                // A whole superpage frees more than one candidate needs. When it had no sample
+                // at all this epoch, the candidates after this one that fit in the surplus share
+                // its cost (Eq. 2 over the group): a 64 KiB chunk alone never pays for copying
+                // out 2 MiB, so a stream's next window stayed slow behind its cold last one. A
+                // victim with any traffic is still weighed against this candidate alone: trading
+                // warm superpages for groups churned the 64 KiB-clustered workload.
+                let surplus =
+                    u64::try_from(room + i128::from(freed) - i128::from(c.need)).unwrap_or(0);
+                let (gr, gw, gneed, gcount) = riders(
+                    &candidates[ci + 1..],
+                    if vr + vw < h.evidence_unit {
+                        surplus
+                    } else {
+                        0
+                    },
+                    p_budget - c.need,
+                    |sp| out.demoted_sps.contains(&sp) || picked.iter().any(|v| v.sp == sp),
+                );
+                let group_need = c.need + gneed;
+                // Eq. (2) charges one migration; every further chunk in or out is one more
+                // operation (a TLB shootdown each), or a swap out of many small cold runs
+                // would look as cheap as one out of a single superpage.
+                let extra_ops = (gcount + picked.len()).saturating_sub(1) as f64;
+                let delta = costs.eq2((c.reads + gr, c.writes + gw, group_need), (vr, vw, freed))
+                    - extra_ops * costs.migrate_op_ns;
+                if delta <= self.threshold.for_bytes(group_need) {
                     break;
                 }
                 if let Some(rest) = split {
@@ -1035,6 +1080,37 @@ mod tests {
             reason,
             expected_benefit: 1.0,
         }
+    }
+
+    #[test]
+    fn riders_take_what_fits_in_order_and_skip_excluded_superpages() {
+        let chunk = |sp: u64, need: u64, reads: f64| Candidate {
+            sp,
+            start: sp << 21,
+            gran: Granularity::KIB_64,
+            need,
+            reads,
+            writes: 1.0,
+            benefit: reads,
+            traffic: reads,
+            class: WritePrediction::UnWd,
+        };
+        let k = 64 * 1024;
+        let candidates = [
+            chunk(1, k, 10.0),
+            chunk(2, 2 * k, 20.0), // does not fit after the first: skipped, not a stop
+            chunk(3, k, 30.0),     // excluded
+            chunk(4, k, 40.0),
+        ];
+        let (reads, writes, need, count) = riders(&candidates, 2 * k, u64::MAX, |sp| sp == 3);
+        assert_eq!((need, count), (2 * k, 2));
+        assert_eq!((reads, writes), (50.0, 2.0));
+        // The promotion budget bounds the group as much as the room does.
+        assert_eq!(riders(&candidates, 8 * k, k, |_| false).2, k);
+        assert_eq!(
+            riders(&candidates, 0, u64::MAX, |_| false),
+            (0.0, 0.0, 0, 0)
+        );
     }
 
     #[test]

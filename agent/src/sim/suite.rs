@@ -422,7 +422,7 @@ impl Report<'_> {
         };
         let _ = write!(
             o,
-            "- On `stream` (`ryoo` preset) memtide's relative time is {:.3} against {:.3} for static 2 MiB with 1-in-{} sampling, and {:.3} against {:.3} when every record is a sample: with sparse samples, Ryoo's density thresholds see dense 2 MiB regions as sparse, so memtide moves streaming data in 4 KiB pieces (see the sampling-sensitivity table).\n\n",
+            "- On `stream` (`ryoo` preset) memtide's relative time is {:.3} against {:.3} for static 2 MiB with 1-in-{} sampling, and {:.3} against {:.3} when every record is a sample: with sparse samples, Ryoo's density thresholds see dense 2 MiB regions as sparse, so memtide moves streaming data in 64 KiB chunks instead of whole huge pages (see the sampling-sensitivity table); every chunk is one more TLB shootdown and one more split huge page.\n\n",
             rel("granularity", "memtide"),
             rel("granularity", "static-2m"),
             self.base.sample_rate,
