@@ -41,11 +41,19 @@ export RUST_BACKTRACE="${MEMTIDE_VM_BACKTRACE:-0}"
 # only reports exit status 255, and vm/test.sh prints the end of this file.
 cat /dev/kmsg >target/vm/kmsg.log 2>/dev/null &
 kmsg_reader=$!
+# Free memory per node and the largest processes every 2 s: the other half of a post-mortem.
+while sleep 2; do
+    printf '%s node0 %s node1 %s kB free; top: %s\n' "$(cut -d' ' -f1 /proc/uptime)" \
+        "$(awk '/MemFree/ {print $4}' /sys/devices/system/node/node0/meminfo)" \
+        "$(awk '/MemFree/ {print $4}' /sys/devices/system/node/node1/meminfo 2>/dev/null)" \
+        "$(ps -eo rss=,comm= --sort=-rss 2>/dev/null | head -n 3 | tr -s ' ' | paste -sd, -)"
+done >target/vm/memory.log 2>/dev/null &
+memory_logger=$!
 
 status=0
 for binary in "${binaries[@]}"; do
     echo "vm: running $(basename "$binary")"
     "$binary" --test-threads=1 "$@" || status=1
 done
-kill "$kmsg_reader" 2>/dev/null
+kill "$kmsg_reader" "$memory_logger" 2>/dev/null
 exit "$status"

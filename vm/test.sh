@@ -44,7 +44,7 @@ done >target/vm/guest-env || true
 
 # Boots the guest, runs the suite, prints the guest kernel's warnings if it failed; sets status.
 run_suite() {
-    rm -f target/vm/boot-seconds target/vm/kmsg.log
+    rm -f target/vm/boot-seconds target/vm/kmsg.log target/vm/memory.log
     local start_ns elapsed_ms boot
     start_ns=$(date +%s%N)
     # Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
@@ -54,6 +54,10 @@ run_suite() {
     status=${PIPESTATUS[0]}
     set -e
     elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
+    if [ "$status" -ne 0 ] && [ -s target/vm/memory.log ]; then
+        echo "vm-test: the guest's memory in its last seconds (target/vm/memory.log):"
+        tail -n 4 target/vm/memory.log
+    fi
     if [ "$status" -ne 0 ] && [ -s target/vm/kmsg.log ]; then
         # Priority 0-4 (emerg..warning) records, plus anything about OOM or a panic: enough to
         # tell a guest that died from a test that failed.
@@ -72,6 +76,8 @@ run_suite "$@"
 # exits 1 and is never retried; a dead guest gets one more boot, and says so.
 if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
     echo "vm-test: the guest died without reporting a result (exit status 255); booting it once more" >&2
+    mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true
+    mv target/vm/memory.log target/vm/memory-dead-guest.log 2>/dev/null || true
     run_suite "$@"
 fi
 exit "$status"
