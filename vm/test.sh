@@ -44,7 +44,7 @@ done >target/vm/guest-env || true
 
 # Boots the guest, runs the suite, prints the guest kernel's warnings if it failed; sets status.
 run_suite() {
-    rm -f target/vm/boot-seconds target/vm/kmsg.log target/vm/memory.log
+    rm -f target/vm/boot-seconds target/vm/kmsg.log target/vm/memory.log target/vm/progress.log
     local start_ns elapsed_ms boot
     start_ns=$(date +%s%N)
     # Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
@@ -54,6 +54,10 @@ run_suite() {
     status=${PIPESTATUS[0]}
     set -e
     elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
+    if [ "$status" -ne 0 ] && [ -s target/vm/progress.log ]; then
+        echo "vm-test: the suite's last steps, guest uptime first (target/vm/progress.log):"
+        tail -n 6 target/vm/progress.log
+    fi
     if [ "$status" -ne 0 ] && [ -s target/vm/memory.log ]; then
         echo "vm-test: the guest's memory in its last seconds (target/vm/memory.log):"
         tail -n 4 target/vm/memory.log
@@ -78,6 +82,7 @@ if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
     echo "vm-test: the guest died without reporting a result (exit status 255); booting it once more" >&2
     mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true
     mv target/vm/memory.log target/vm/memory-dead-guest.log 2>/dev/null || true
+    mv target/vm/progress.log target/vm/progress-dead-guest.log 2>/dev/null || true
     run_suite "$@"
 fi
 exit "$status"

@@ -81,8 +81,10 @@ fn swfault_and_damon_sources_work_in_the_daemon() {
         }
         faulting
     });
+    tiering::progress("sources: swfault agent starting");
     let (samples, target_samples, hot, epochs) =
         run_with("swfault", faulting_pid, Duration::from_secs(30));
+    tiering::progress("sources: swfault agent stopped");
     stop_tx.send(()).ok();
     drop(driver.join().expect("churn driver"));
     assert!(
@@ -94,7 +96,9 @@ fn swfault_and_damon_sources_work_in_the_daemon() {
 
     // DAMON: a workload on node 1 with a 16 MiB hot range in 64 MiB.
     let w = tiering::hot_on_slow(64, 16);
+    tiering::progress("sources: damon agent starting");
     let (samples, target_samples, hot, epochs) = run_with("damon", w.pid, Duration::from_secs(30));
+    tiering::progress("sources: damon agent stopped");
     assert!(
         samples > 0.0 && target_samples > 0,
         "DAMON delivered no regions"

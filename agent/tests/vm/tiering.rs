@@ -175,7 +175,7 @@ pub(crate) struct Timing {
 
 impl Timing {
     pub(crate) fn start(name: &'static str) -> Self {
-        eprintln!("vm timing: {name} started");
+        progress(&format!("{name} started"));
         Self {
             name,
             started: Instant::now(),
@@ -185,11 +185,34 @@ impl Timing {
 
 impl Drop for Timing {
     fn drop(&mut self) {
-        eprintln!(
-            "vm timing: {} {:.1} s",
+        progress(&format!(
+            "{} {} after {:.1} s",
             self.name,
+            if std::thread::panicking() {
+                "failed"
+            } else {
+                "done"
+            },
             self.started.elapsed().as_secs_f64()
-        );
+        ));
+    }
+}
+
+/// Prints `line` and appends it, with the guest's uptime, to target/vm/progress.log on the
+/// host: when the guest dies mid-test, the test's captured output dies with it, and this file
+/// says which test and which phase it was in (vm/test.sh prints its end).
+pub(crate) fn progress(line: &str) {
+    use std::io::Write as _;
+    eprintln!("vm timing: {line}");
+    let uptime = std::fs::read_to_string("/proc/uptime").unwrap_or_default();
+    let uptime = uptime.split_whitespace().next().unwrap_or("?");
+    if let Ok(mut log) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open("target/vm/progress.log")
+    {
+        // Best effort: a diagnostic must not fail the test it describes.
+        let _ = writeln!(log, "{uptime} {line}");
     }
 }
 
