@@ -23,8 +23,11 @@ fn run_samples_a_churning_child_reports_it_and_exits_cleanly() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut metrics = String::new();
     while Instant::now() < deadline {
-        // Each round faults every page in again: the swfault source's food.
+        // Each round faults every page in again: the swfault source's food. `churn` ends with
+        // the buffer discarded, and an epoch whose sampled pages are all absent has no tier
+        // to report (no hot bytes, no hit ratio): `touch` makes them resident again.
         assert!(workload.command("churn 4").starts_with("churned"));
+        assert!(workload.command("touch").starts_with("touched"));
         metrics = http_get(agent.port, "/metrics")
             .expect("/metrics answers")
             .1;
