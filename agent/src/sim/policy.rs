@@ -147,6 +147,20 @@ impl SimPolicy for EnginePolicy {
         let plan = self.engine.plan(clock.now, &*model, &model.capacity());
         self.plans += 1;
         self.last_granularity = plan.granularity.bytes();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            at_ms = ms(clock.now),
+            promote_bytes = plan.promote_bytes,
+            demote_bytes = plan.demote_bytes,
+            would_promote_bytes = plan.would_promote_bytes,
+            room = plan.promote_room,
+            moves = plan.moves.len(),
+            granularity = plan.granularity.bytes(),
+            next_epoch_ms = ms(plan.epoch),
+            epoch_change = ?plan.epoch_change,
+            "{}: plan",
+            self.name
+        );
         if self.epochs_ms.len() < 4096 {
             self.epochs_ms
                 .push(u64::try_from(plan.epoch.as_millis()).unwrap_or(u64::MAX));
