@@ -9,7 +9,9 @@ use super::{
     testgen::{Pattern, SplitMix64, TierModel, TraceGen},
     *,
 };
-use crate::policy::{Direction, MoveReason, PlannedMove, Tier, benefit::CostModel};
+use crate::policy::{
+    Direction, MoveReason, PlannedMove, Tier, benefit::CostModel, epoch::EpochChange,
+};
 
 const MS: Duration = Duration::from_millis(1);
 
@@ -493,7 +495,7 @@ fn epoch_shortens_for_a_shrinking_working_set() {
         sizes
             .iter()
             .skip(1)
-            .any(|(_, c)| *c == crate::policy::epoch::EpochChange::ShorterShrinking),
+            .any(|(_, c)| *c == EpochChange::ShorterShrinking),
         "{sizes:?}"
     );
     assert!(e.epoch() < Duration::from_millis(1600));
@@ -853,17 +855,13 @@ fn a_lone_sample_is_not_heat_but_repeated_samples_are() {
     );
 }
 
-#[test]
-fn a_cold_superpage_makes_room_for_a_group_of_hot_chunks() {
-    // The fast tier holds one never-sampled 2 MiB superpage and has no room left. Eight hot
-    // 64 KiB chunks wait on the slow tier. Copying out 2 MiB costs more than any one chunk
-    // saves, but less than the eight save together: Eq. (2) over the group swaps them in.
-    let mut c = cfg();
+/// An engine moving 64 KiB chunks, and a 64 MiB target on the slow tier except superpage 0,
+/// which fills the fast tier up to its high watermark.
+fn fast_tier_full_of_superpage_0(mut c: EngineConfig) -> (Engine, TierModel) {
     c.policy.granularity.initial = Granularity::KIB_64;
     c.policy.granularity.fixed = true;
     let high = c.policy.capacity.high_watermark;
     let fast_total = ((SUPERPAGE_SIZE as f64 / high).ceil() as u64).next_multiple_of(PAGE_SIZE);
-    let mut e = Engine::new(c).unwrap();
     let mut model = TierModel::new(0, 64 * MIB, Tier::Slow, fast_total);
     model.apply(&Plan {
         moves: vec![PlannedMove {
@@ -876,6 +874,15 @@ fn a_cold_superpage_makes_room_for_a_group_of_hot_chunks() {
         }],
         ..Plan::default()
     });
+    (Engine::new(c).unwrap(), model)
+}
+
+#[test]
+fn a_cold_superpage_makes_room_for_a_group_of_hot_chunks() {
+    // The fast tier holds one never-sampled 2 MiB superpage and has no room left. Eight hot
+    // 64 KiB chunks wait on the slow tier. Copying out 2 MiB costs more than any one chunk
+    // saves, but less than the eight save together: Eq. (2) over the group swaps them in.
+    let (mut e, model) = fast_tier_full_of_superpage_0(cfg());
     let cap = model.capacity();
     assert!(
         crate::policy::CapacityConfig::default().promote_room(&cap) < 64 * 1024,
@@ -914,4 +921,70 @@ fn a_cold_superpage_makes_room_for_a_group_of_hot_chunks() {
     let costs = CostModel::new(&EngineConfig::default().policy.benefit, &cap);
     let one_chunk = 16.0 * 3.0 * 64.0 * e.cfg.stage2_per_epoch();
     assert!(costs.eq2((one_chunk, 0.0, 64 * 1024), (0.0, 0.0, SUPERPAGE_SIZE)) < 0.0);
+}
+
+/// The swap of `a_cold_superpage_makes_room_for_a_group_of_hot_chunks`, then one more epoch in
+/// which the promoted chunks stay hot and the evicted superpage is, or is not, used as much
+/// per page. Returns the second plan.
+fn plan_after_swap(evicted_stays_warm: bool) -> Plan {
+    let mut c = cfg();
+    c.policy.epoch.adaptive = true;
+    let (mut e, mut model) = fast_tier_full_of_superpage_0(c);
+    let hot_sp = 32 * MIB;
+    let chunk_pages: Vec<u64> = (0..8)
+        .flat_map(|i| (0..16).map(move |p| hot_sp + i * 4 * 64 * 1024 + p * PAGE_SIZE))
+        .collect();
+    let sample = |addr| Sample {
+        addr,
+        kind: AccessKind::Load,
+        weight: 64,
+    };
+    let three_each = |pages: &[u64]| -> Vec<Sample> {
+        pages
+            .iter()
+            .flat_map(|&a| [sample(a), sample(a), sample(a)])
+            .collect()
+    };
+    e.observe_samples(&[sample(hot_sp)], 10 * MS);
+    e.observe_samples(&three_each(&chunk_pages), 60 * MS);
+    let first = e.plan(1000 * MS, &model, &model.capacity());
+    assert!(
+        first
+            .moves
+            .iter()
+            .any(|m| m.reason == MoveReason::Evict && m.start == 0),
+        "the first plan must swap: {:?}",
+        first.moves
+    );
+    model.apply(&first);
+
+    // One sample per page and counting interval, up to the plan, so both superpages keep their
+    // stage-2 counters.
+    let evicted: Vec<u64> = (0..512).map(|p| p * PAGE_SIZE).collect();
+    for t in (1025..2000).step_by(50) {
+        e.observe_samples(
+            &chunk_pages.iter().map(|&a| sample(a)).collect::<Vec<_>>(),
+            t * MS,
+        );
+        if evicted_stays_warm {
+            e.observe_samples(
+                &evicted.iter().map(|&a| sample(a)).collect::<Vec<_>>(),
+                t * MS,
+            );
+        }
+    }
+    e.plan(2000 * MS, &model, &model.capacity())
+}
+
+#[test]
+fn a_swap_that_evicted_equally_warm_data_does_not_pay_back() {
+    // The chunks were used as predicted, but so was the superpage evicted for them, now from
+    // the slow tier: the swap gained nothing net, so the epoch grows and the threshold rises.
+    let p = plan_after_swap(true);
+    assert_eq!(p.epoch_change, EpochChange::LongerPayback, "{p:?}");
+    assert!(p.benefit_threshold_ns > 0.0, "{p:?}");
+    // Counting only the promotions, as before, the same epoch paid back.
+    let p = plan_after_swap(false);
+    assert_ne!(p.epoch_change, EpochChange::LongerPayback, "{p:?}");
+    assert_eq!(p.benefit_threshold_ns, 0.0, "{p:?}");
 }

@@ -6,7 +6,8 @@
 //! `C_r`, `C_w` are the accesses expected over the next epoch (the paper assumes the next interval
 //! repeats the last). A page is hot when its benefit exceeds a threshold; the paper raises the
 //! threshold while migrations ping-pong but gives no rule, so [`Threshold`] raises it
-//! multiplicatively while the ping-pong share of moved bytes is above a bound and relaxes it
+//! multiplicatively while the ping-pong share of moved bytes is above a bound, or while the last
+//! plan's moves did not realise what they cost (the epoch controller's payback), and relaxes it
 //! otherwise.
 
 use serde::{Deserialize, Serialize};
@@ -40,7 +41,8 @@ pub struct BenefitConfig {
     pub threshold_ns: f64,
     /// Smallest raised threshold per page, ns, so raising from 0 goes somewhere. Default 500.
     pub threshold_step_ns: f64,
-    /// Factor applied to the threshold while ping-pong is above the bound. Default 2.
+    /// Factor applied to the threshold while ping-pong is above the bound or moves do not pay
+    /// back. Default 2.
     pub threshold_raise: f64,
     /// Factor pulling the threshold back toward the base while ping-pong is below. Default 0.5.
     pub threshold_relax: f64,
@@ -220,14 +222,21 @@ impl Threshold {
         self.per_page_ns * (bytes / PAGE_SIZE) as f64
     }
 
-    /// Adjusts after an epoch in which `pingpong_bytes` of `moved_bytes` reversed recent moves.
-    pub fn update(&mut self, cfg: &BenefitConfig, pingpong_bytes: u64, moved_bytes: u64) {
+    /// Adjusts after an epoch in which `pingpong_bytes` of `moved_bytes` reversed recent moves,
+    /// and whose moves did or did not (`unpaid`) realise more than they cost.
+    pub fn update(
+        &mut self,
+        cfg: &BenefitConfig,
+        pingpong_bytes: u64,
+        moved_bytes: u64,
+        unpaid: bool,
+    ) {
         let share = if moved_bytes == 0 {
             0.0
         } else {
             pingpong_bytes as f64 / moved_bytes as f64
         };
-        self.per_page_ns = if share > cfg.pingpong_bound {
+        self.per_page_ns = if share > cfg.pingpong_bound || unpaid {
             (self.per_page_ns * cfg.threshold_raise)
                 .max(cfg.threshold_ns + cfg.threshold_step_ns)
                 .min(cfg.threshold_max_ns)
@@ -288,22 +297,35 @@ mod tests {
         let mut t = Threshold::new(&cfg);
         assert_eq!(t.per_page_ns(), 0.0);
         // 5 % exactly is not above the bound.
-        t.update(&cfg, 5, 100);
+        t.update(&cfg, 5, 100, false);
         assert_eq!(t.per_page_ns(), 0.0);
-        t.update(&cfg, 6, 100);
+        t.update(&cfg, 6, 100, false);
         assert_eq!(t.per_page_ns(), 500.0);
-        t.update(&cfg, 50, 100);
+        t.update(&cfg, 50, 100, false);
         assert_eq!(t.per_page_ns(), 1000.0);
         assert_eq!(t.for_bytes(16 * PAGE_SIZE), 16_000.0);
-        t.update(&cfg, 0, 100);
+        t.update(&cfg, 0, 100, false);
         assert_eq!(t.per_page_ns(), 500.0);
         for _ in 0..4 {
-            t.update(&cfg, 0, 0);
+            t.update(&cfg, 0, 0, false);
         }
         assert_eq!(t.per_page_ns(), 0.0);
         for _ in 0..40 {
-            t.update(&cfg, 1, 1);
+            t.update(&cfg, 1, 1, false);
         }
         assert_eq!(t.per_page_ns(), cfg.threshold_max_ns);
+    }
+
+    #[test]
+    fn threshold_rises_while_moves_do_not_pay_back() {
+        let cfg = BenefitConfig::default();
+        let mut t = Threshold::new(&cfg);
+        // No ping-pong at all, but the last plan's moves realised less than they cost.
+        t.update(&cfg, 0, 100, true);
+        assert_eq!(t.per_page_ns(), 500.0);
+        t.update(&cfg, 0, 100, true);
+        assert_eq!(t.per_page_ns(), 1000.0);
+        t.update(&cfg, 0, 100, false);
+        assert_eq!(t.per_page_ns(), 500.0);
     }
 }

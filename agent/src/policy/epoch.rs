@@ -7,7 +7,8 @@
 //! The paper gives a correlation, not an algorithm; the controller below is the digest's
 //! heuristic, applied once per epoch with multiplicative steps:
 //! 1. oscillation (ping-pong, or a full fast tier with a half-changing hot set) → longer;
-//! 2. last epoch's promotions did not pay back their copy cost → longer;
+//! 2. last plan's moves did not pay back: what its promotions gained, less what the data evicted
+//!    for them lost, came to less than their copy cost → longer;
 //! 3. the working set shrank, or the hot set shifted → shorter;
 //! 4. never shorter than the median sampled reuse time, the side of the dip that works.
 
@@ -39,7 +40,8 @@ pub struct EpochConfig {
     pub shrink_fraction: f64,
     /// Ping-pong share of moved bytes that counts as oscillation. Default 0.05.
     pub oscillation_pingpong: f64,
-    /// Realised/expected payback of last epoch's promotions below which the epoch grows. Default 1.0.
+    /// Net realised value of last plan's moves (promotions less the evictions made for them)
+    /// over their cost, below which the epoch grows and the benefit threshold rises. Default 1.0.
     pub min_payback: f64,
 }
 
@@ -158,7 +160,7 @@ pub struct EpochInputs {
     pub prev_touched: Option<u64>,
     /// Share of last plan's moved bytes that reversed a recent move.
     pub pingpong_share: f64,
-    /// Realised over expected benefit of last plan's promotions; `None` if it promoted nothing.
+    /// Net realised value of last plan's moves over their cost; `None` if it promoted nothing.
     pub payback: Option<f64>,
     /// The fast tier was full (promotions needed evictions, or free capacity hit the reserve).
     pub capacity_bound: bool,

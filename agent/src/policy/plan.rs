@@ -116,6 +116,24 @@ pub(crate) struct Hotness<'a> {
     pub evidence_unit: f64,
 }
 
+/// A move of the last plan whose outcome the payback judges.
+#[derive(Clone, Copy, Debug)]
+struct JudgedMove {
+    sp: u64,
+    start: u64,
+    len: u64,
+    /// Migration cost of a promotion, write-back cost of an eviction, ns.
+    cost: f64,
+    /// Demoted to make room for a swap: its later accesses count against the payback.
+    evicted: bool,
+    /// Stage-2 slot of the superpage after the plan, and its counts of the range and of the
+    /// whole superpage then: the payback shares out only what was counted after the plan
+    /// (the cooled counts that chose the move would otherwise vouch for it again).
+    slot: u32,
+    base_range: u32,
+    base_all: u32,
+}
+
 #[derive(Clone, Copy, Debug)]
 struct Candidate {
     sp: u64,
@@ -201,8 +219,8 @@ pub(crate) struct Planner {
     marks: MoveMarks,
     epoch_index: u64,
     last_plan_at: Option<Duration>,
-    /// Last plan's promotions: (superpage, start, len, migration cost), for the payback.
-    last_promoted: Vec<(u64, u64, u64, f64)>,
+    /// Last plan's promotions and the evictions made for them, for the payback.
+    last_judged: Vec<JudgedMove>,
     last_moved: u64,
     last_pingpong: u64,
     last_capacity_bound: bool,
@@ -218,7 +236,7 @@ impl Planner {
             marks: MoveMarks::default(),
             epoch_index: 0,
             last_plan_at: None,
-            last_promoted: Vec::new(),
+            last_judged: Vec::new(),
             last_moved: 0,
             last_pingpong: 0,
             last_capacity_bound: false,
@@ -239,8 +257,7 @@ impl Planner {
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
-        self.marks.memory_bytes()
-            + self.last_promoted.capacity() * size_of::<(u64, u64, u64, f64)>()
+        self.marks.memory_bytes() + self.last_judged.capacity() * size_of::<JudgedMove>()
     }
 
     pub(crate) fn hot_subpages(
@@ -290,7 +307,7 @@ impl Planner {
         let k1 = h.cfg.stage1_per_interval()
             * (self.epoch.current().as_secs_f64() / h.cfg.interval().as_secs_f64()).max(1.0);
 
-        let epoch_change = self.learn(&mut h, &costs, k2);
+        let epoch_change = self.learn(&mut h, &costs);
         self.marks.prune(
             epoch,
             pc.capacity
@@ -561,7 +578,7 @@ impl Planner {
         let window = pc.benefit.pingpong_window_epochs;
         let mut pingpong = 0;
         let mut moved = 0;
-        self.last_promoted.clear();
+        self.last_judged.clear();
         let pages_of = |mv: &PlannedMove| {
             let first = ((mv.start >> 12) & (SUBPAGES as u64 - 1)) as usize;
             page_bits(first, (mv.len / PAGE_SIZE) as usize)
@@ -576,9 +593,26 @@ impl Planner {
                 .sum();
             pingpong += u64::from(reversed) * PAGE_SIZE;
             moved += m.bytes;
-            if m.mv.direction == Direction::Promote {
-                self.last_promoted
-                    .push((sp, m.mv.start, m.mv.len, costs.migrate_cost(m.bytes)));
+            let judged = |cost, evicted| JudgedMove {
+                sp,
+                start: m.mv.start,
+                len: m.mv.len,
+                cost,
+                evicted,
+                slot: NO_SLOT,
+                base_range: 0,
+                base_all: 0,
+            };
+            match (m.mv.direction, m.mv.reason) {
+                (Direction::Promote, _) => {
+                    self.last_judged
+                        .push(judged(costs.migrate_cost(m.bytes), false));
+                }
+                (Direction::Demote, MoveReason::Evict) => {
+                    self.last_judged
+                        .push(judged(costs.writeback_cost(m.bytes), true));
+                }
+                (Direction::Demote, _) => {}
             }
         }
         for m in &out.moves {
@@ -589,6 +623,14 @@ impl Planner {
         self.last_pingpong = pingpong;
         self.last_capacity_bound = swapped || (room <= 0 && out.promote_bytes < would_promote);
         h.stage2.cool_all(h.cfg.stage2_cooling_shift);
+        for m in &mut self.last_judged {
+            if let Some(idx) = h.stage1.find(m.sp) {
+                m.slot = h.stage1.records()[idx].slot;
+                if m.slot != NO_SLOT {
+                    (m.base_range, m.base_all) = stage2_sums(h.stage2, m.slot, m.start, m.len);
+                }
+            }
+        }
 
         Plan {
             moves: finish(out.moves.iter().map(|m| m.mv).collect()),
@@ -611,8 +653,9 @@ impl Planner {
     }
 
     /// Feeds the epoch that just ended to the epoch controller and the threshold.
-    fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel, k2: f64) -> EpochChange {
+    fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel) -> EpochChange {
         let pc = &h.cfg.policy;
+        let payback = self.payback(h, costs);
         let (mut inter, mut union, mut touched, mut hot_now) = (0u64, 0u64, 0u64, 0u64);
         let cutoff = h.hot_cutoff.max(1);
         let had_prev = self.prev_touched.is_some();
@@ -627,16 +670,23 @@ impl Planner {
             if hot {
                 rec.flags |= HOT_PREV;
             }
+            rec.epoch_r = 0;
+            rec.epoch_w = 0;
         }
-        let payback = self.payback(h, costs, k2);
         let interval = h.cfg.interval();
+        let reuse_median = h.reuse.median().map(|g| interval * g);
         let inputs = EpochInputs {
-            reuse_median: h.reuse.median().map(|g| interval * g),
+            reuse_median,
             // When the hot set is most of what was touched, heat is flat across superpages
             // (sparse hotness inside each, or uniform access) and which superpages make the
             // 70 % cut is sampling noise: their overlap says nothing about the workload moving.
-            jaccard: (had_prev && union > 0 && hot_now * 2 <= touched)
-                .then(|| inter as f64 / union as f64),
+            // Nor does it when the cooled heat forgets faster than the data is reused: a sweep
+            // longer than that snapshot shows a different hot set every epoch without moving.
+            jaccard: (had_prev
+                && union > 0
+                && hot_now * 2 <= touched
+                && snapshot_covers(h.cfg, reuse_median))
+            .then(|| inter as f64 / union as f64),
             touched,
             prev_touched: self.prev_touched,
             pingpong_share: if self.last_moved == 0 {
@@ -649,44 +699,49 @@ impl Planner {
         };
         h.reuse.clear();
         self.prev_touched = Some(touched);
+        let unpaid = payback.is_some_and(|p| p < pc.epoch.min_payback);
         self.threshold
-            .update(&pc.benefit, self.last_pingpong, self.last_moved);
+            .update(&pc.benefit, self.last_pingpong, self.last_moved, unpaid);
         self.epoch.update(&pc.epoch, &inputs)
     }
 
-    /// Realised value of last epoch's promotions over their migration cost.
-    fn payback(&self, h: &Hotness<'_>, costs: &CostModel, k2: f64) -> Option<f64> {
-        let cost: f64 = self.last_promoted.iter().map(|p| p.3).sum();
+    /// Realised value of last epoch's promotions, less what the data evicted for them cost
+    /// from the slow tier, over the migrations' cost. A swap of equally warm data (a sweep
+    /// larger than the fast tier, sampling noise taken for heat) realises nothing net, although
+    /// the promoted pages are used just as predicted. Each range is valued with its
+    /// superpage's uncooled epoch counts, shared out by what stage 2 counted after the plan.
+    fn payback(&self, h: &Hotness<'_>, costs: &CostModel) -> Option<f64> {
+        if !self.last_judged.iter().any(|m| !m.evicted) {
+            return None;
+        }
+        let cost: f64 = self.last_judged.iter().map(|m| m.cost).sum();
         if cost <= 0.0 {
             return None;
         }
-        let k1 = h.cfg.stage1_per_interval()
-            * (self.epoch.current().as_secs_f64() / h.cfg.interval().as_secs_f64()).max(1.0);
         let mut realised = 0.0;
-        for &(sp, start, len, _) in &self.last_promoted {
-            let Some(idx) = h.stage1.find(sp) else {
+        for m in &self.last_judged {
+            let Some(idx) = h.stage1.find(m.sp) else {
                 continue;
             };
             let rec = &h.stage1.records()[idx];
-            if rec.slot == NO_SLOT {
-                let frac = len as f64 / SUPERPAGE_SIZE as f64;
-                realised += costs.access_value(
-                    f64::from(rec.heat_r) * k1 * frac,
-                    f64::from(rec.heat_w) * k1 * frac,
-                );
-            } else {
-                let (r, w) = h.stage2.counters(rec.slot);
-                let first = ((start >> 12) as usize) & (SUBPAGES - 1);
-                let pages = (len / PAGE_SIZE) as usize;
-                let sum = |c: &[u16]| {
-                    c[first..first + pages]
-                        .iter()
-                        .map(|v| f64::from(subpage::value(*v)))
-                        .sum::<f64>()
-                        * k2
-                };
-                realised += costs.access_value(sum(r), sum(w));
+            let mut share = (m.len / PAGE_SIZE) as f64 / SUBPAGES as f64;
+            if rec.slot != NO_SLOT {
+                let (range, all) = stage2_sums(h.stage2, rec.slot, m.start, m.len);
+                let (range, all) =
+                    if rec.slot == m.slot && range >= m.base_range && all >= m.base_all {
+                        (range - m.base_range, all - m.base_all)
+                    } else {
+                        (range, all)
+                    };
+                if all > 0 {
+                    share = f64::from(range) / f64::from(all);
+                }
             }
+            let value = costs.access_value(
+                f64::from(rec.epoch_r) * share,
+                f64::from(rec.epoch_w) * share,
+            );
+            realised += if m.evicted { -value } else { value };
         }
         Some(realised / cost)
     }
@@ -778,7 +833,10 @@ impl Planner {
         let pc = &h.cfg.policy;
         let mut victims = Vec::new();
         let mut traffic = Traffic::default();
-        let page_thr = self.threshold.for_bytes(PAGE_SIZE);
+        // A page whose accesses pay for its copy is hot whatever the promotion threshold: a
+        // threshold raised to make promotions pickier must not make warm data an eviction
+        // victim (it would hand the watermark whole superpages of it).
+        let page_thr = pc.benefit.threshold_ns;
         for rec in h.stage1.records() {
             let acc = f64::from(rec.accesses()) * k1;
             traffic.total += acc;
@@ -1047,6 +1105,27 @@ impl Outcome {
     }
 }
 
+/// Stage-2 counts (reads and writes) of `len` bytes at `start`, and of the whole superpage.
+fn stage2_sums(stage2: &Stage2, slot: u32, start: u64, len: u64) -> (u32, u32) {
+    let (r, w) = stage2.counters(slot);
+    let first = ((start >> 12) as usize) & (SUBPAGES - 1);
+    let pages = ((len / PAGE_SIZE) as usize).min(SUBPAGES - first);
+    let sum = |range: std::ops::Range<usize>| -> u32 {
+        range
+            .map(|p| subpage::value(r[p]) + subpage::value(w[p]))
+            .sum()
+    };
+    (sum(first..first + pages), sum(0..SUBPAGES))
+}
+
+/// Whether the cooled heat still holds data reused `reuse` apart: it halves (for a cooling
+/// shift of 1) every counting interval, so after three intervals a superpage keeps an eighth
+/// of its heat and drops out of the 70 % hot set.
+fn snapshot_covers(cfg: &EngineConfig, reuse: Option<Duration>) -> bool {
+    let span = cfg.interval() * 3u32.div_ceil(cfg.cooling_shift.max(1));
+    reuse.is_none_or(|r| r <= span)
+}
+
 /// Sorts by address and merges touching ranges of the same kind, so a run of hot 4 KiB pages
 /// becomes one range (still moved page by page at its granularity).
 fn finish(mut moves: Vec<PlannedMove>) -> Vec<PlannedMove> {
@@ -1080,6 +1159,22 @@ mod tests {
             reason,
             expected_benefit: 1.0,
         }
+    }
+
+    #[test]
+    fn a_heat_snapshot_judges_shifts_only_of_data_reused_within_it() {
+        let mut cfg = EngineConfig::default();
+        let ms = Duration::from_millis;
+        // 50 ms intervals, heat halved at each: three intervals, 150 ms.
+        assert!(snapshot_covers(&cfg, None));
+        assert!(snapshot_covers(&cfg, Some(ms(150))));
+        // A sweep seen again only after a second looks like a new hot set every epoch.
+        assert!(!snapshot_covers(&cfg, Some(ms(200))));
+        assert!(!snapshot_covers(&cfg, Some(ms(1000))));
+        // Cooling by 3 bits forgets within one interval.
+        cfg.cooling_shift = 3;
+        assert!(snapshot_covers(&cfg, Some(ms(50))));
+        assert!(!snapshot_covers(&cfg, Some(ms(100))));
     }
 
     #[test]
