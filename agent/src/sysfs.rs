@@ -108,16 +108,39 @@ impl SysfsError {
     }
 }
 
+/// Pauses between reads of a file that answered EBUSY, ms: about 1.5 s in all (CI once saw
+/// two agent starts 180 ms apart both find DAMON's lock taken).
+const BUSY_RETRY_MS: [u64; 13] = [1, 2, 4, 8, 16, 32, 64, 128, 256, 256, 256, 256, 256];
+
+/// Runs `read` again while it fails with EBUSY, at most [`BUSY_RETRY_MS`] times. Some sysfs
+/// files answer a read with EBUSY while another reader or writer holds their lock: DAMON's
+/// kdamond `state` takes `damon_sysfs_lock` with a trylock (since the 2025 use-after-free fix
+/// in `state_show`, which this project's 6.18 host has), so two tools reading DAMON at the same
+/// moment is enough.
+/// That is contention, not an answer; any other error is returned at once.
+fn retry_busy<T>(mut read: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut pauses = BUSY_RETRY_MS.iter();
+    loop {
+        match read() {
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => match pauses.next() {
+                Some(&ms) => std::thread::sleep(std::time::Duration::from_millis(ms)),
+                None => return Err(e),
+            },
+            other => return other,
+        }
+    }
+}
+
 /// Reads `path` and trims surrounding white space (sysfs files end in a newline).
 pub fn read_trimmed(path: &Path) -> Result<String, SysfsError> {
-    fs::read_to_string(path)
+    retry_busy(|| fs::read_to_string(path))
         .map(|s| s.trim().to_owned())
         .map_err(|e| SysfsError::io(path, e))
 }
 
 /// Like [`read_trimmed`], but `Ok(None)` when the file does not exist.
 pub fn read_optional(path: &Path) -> Result<Option<String>, SysfsError> {
-    match fs::read_to_string(path) {
+    match retry_busy(|| fs::read_to_string(path)) {
         Ok(s) => Ok(Some(s.trim().to_owned())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(SysfsError::io(path, e)),
@@ -321,6 +344,37 @@ pub fn format_list(items: &[u32]) -> String {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    fn busy() -> io::Error {
+        io::Error::from_raw_os_error(libc::EBUSY)
+    }
+
+    #[test]
+    fn a_busy_file_is_read_again_and_other_errors_are_not() {
+        // Contended twice (another DAMON reader held the lock), then the answer.
+        let mut calls = 0;
+        let value = retry_busy(|| {
+            calls += 1;
+            if calls <= 2 { Err(busy()) } else { Ok("on") }
+        });
+        assert_eq!((value.unwrap(), calls), ("on", 3));
+        // Contended for good: the EBUSY comes back after the bounded retries.
+        let mut calls = 0;
+        let value: io::Result<()> = retry_busy(|| {
+            calls += 1;
+            Err(busy())
+        });
+        assert_eq!(value.unwrap_err().raw_os_error(), Some(libc::EBUSY));
+        assert_eq!(calls, BUSY_RETRY_MS.len() + 1);
+        // Anything else is an answer: no retry.
+        let mut calls = 0;
+        let value: io::Result<()> = retry_busy(|| {
+            calls += 1;
+            Err(io::Error::from_raw_os_error(libc::EACCES))
+        });
+        assert!(value.is_err());
+        assert_eq!(calls, 1);
+    }
 
     #[test]
     fn host_root_joins_relative_and_absolute() {
