@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Boots a real two-node NUMA machine under QEMU software emulation and runs a command in it.
 #
-#   vm/run.sh [--memory-per-node MiB] -- COMMAND [ARGS...]
+#   vm/run.sh [--memory-per-node MiB] [--console-log FILE] -- COMMAND [ARGS...]
 #
+# --console-log FILE: the guest kernel's console at loglevel 5 (errors, warnings, oopses and a
+# panic's last words, which /dev/kmsg readers inside a dying guest never get) goes to FILE;
+# without it the console stays quiet.
 # Node 0 has both CPUs and is the fast tier; node 1 is CPU-less memory that ACPI HMAT
 # describes as 3x the latency and 1/4 the bandwidth, so the kernel puts it in a lower memory
 # tier (a CXL-like slow tier). The guest runs Debian's 6.12 kernel over a read-only view of
@@ -17,6 +20,7 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 kernel_release=${MEMTIDE_VM_KERNEL:-6.12.100+deb12-amd64}
 kernel=/boot/vmlinuz-$kernel_release
 mib_per_node=1024
+console_log=
 
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -24,18 +28,22 @@ while [ $# -gt 0 ]; do
         mib_per_node=$2
         shift 2
         ;;
+    --console-log)
+        console_log=$2
+        shift 2
+        ;;
     --)
         shift
         break
         ;;
     *)
-        echo "vm/run.sh: unknown option $1 (usage: vm/run.sh [--memory-per-node MiB] -- CMD...)" >&2
+        echo "vm/run.sh: unknown option $1 (usage: vm/run.sh [--memory-per-node MiB] [--console-log FILE] -- CMD...)" >&2
         exit 2
         ;;
     esac
 done
 if [ $# -eq 0 ]; then
-    echo "vm/run.sh: no command given (usage: vm/run.sh [--memory-per-node MiB] -- CMD...)" >&2
+    echo "vm/run.sh: no command given (usage: vm/run.sh [--memory-per-node MiB] [--console-log FILE] -- CMD...)" >&2
     exit 2
 fi
 
@@ -65,7 +73,21 @@ qemu_opts=(
 
 # vng runs --exec through a shell: quote every argument so it arrives as given.
 printf -v command ' %q' "$@"
-exec "$vng" --run "$kernel" --disable-kvm --cpus 2 --memory "${total_mib}M" \
-    --rwdir "$repo/target/vm" --cwd "$repo" \
-    --qemu-opts="${qemu_opts[*]}" \
-    --exec "${command# }"
+vng_args=(--run "$kernel" --disable-kvm --cpus 2 --memory "${total_mib}M"
+    --rwdir "$repo/target/vm" --cwd "$repo"
+    --qemu-opts="${qemu_opts[*]}"
+    --exec "${command# }")
+if [ -z "$console_log" ]; then
+    exec "$vng" "${vng_args[@]}"
+fi
+# vng --verbose puts the console on stderr, with its own start-up chatter and the command's
+# stderr: lines with a printk time stamp and the chatter go to the file, the rest stays on
+# stderr.
+: >"$console_log"
+exec "$vng" --verbose --append "loglevel=5" "${vng_args[@]}" 2> >(
+    awk -v out="$console_log" '
+        /^\[ *[0-9]+\.[0-9]+\] / || /^(virtme|fuse: |Probing EDD|Memory KASLR|Poking KASLR)/ {
+            print >> out; fflush(out); next
+        }
+        { print > "/dev/stderr"; fflush("/dev/stderr") }'
+)

@@ -44,13 +44,15 @@ done >target/vm/guest-env || true
 
 # Boots the guest, runs the suite, prints the guest kernel's warnings if it failed; sets status.
 run_suite() {
-    rm -f target/vm/boot-seconds target/vm/kmsg.log target/vm/memory.log target/vm/progress.log
+    rm -f target/vm/boot-seconds target/vm/kmsg.log target/vm/memory.log target/vm/progress.log \
+        target/vm/console.log
     local start_ns elapsed_ms boot
     start_ns=$(date +%s%N)
     # Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
     # log), wiping everything printed before the VM started.
     set +e
-    vm/run.sh -- vm/guest.sh "${binaries[@]}" -- "$@" </dev/null 2>&1 | cat
+    vm/run.sh --console-log target/vm/console.log -- vm/guest.sh "${binaries[@]}" -- "$@" \
+        </dev/null 2>&1 | cat
     status=${PIPESTATUS[0]}
     set -e
     elapsed_ms=$((($(date +%s%N) - start_ns) / 1000000))
@@ -69,6 +71,12 @@ run_suite() {
         awk -F';' '/^[0-9]+,/ { split($1, f, ","); if (f[1] % 8 <= 4 || $0 ~ /oom|panic|Killed process|segfault/) print }' \
             target/vm/kmsg.log | tail -n 60
     fi
+    if [ "$status" -ne 0 ] && [ -s target/vm/console.log ]; then
+        # The serial console is written synchronously, so unlike kmsg.log (read by a process
+        # inside the guest) it keeps an oops or a panic up to the guest's last instruction.
+        echo "vm-test: the guest console's last lines (target/vm/console.log):"
+        tail -n 40 target/vm/console.log
+    fi
     boot=$(cat target/vm/boot-seconds 2>/dev/null || echo "?")
     printf 'vm-test: guest boot %s s, round trip %d.%03d s, exit status %d\n' \
         "$boot" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)) "$status"
@@ -83,6 +91,7 @@ if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
     mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true
     mv target/vm/memory.log target/vm/memory-dead-guest.log 2>/dev/null || true
     mv target/vm/progress.log target/vm/progress-dead-guest.log 2>/dev/null || true
+    mv target/vm/console.log target/vm/console-dead-guest.log 2>/dev/null || true
     run_suite "$@"
 fi
 exit "$status"
