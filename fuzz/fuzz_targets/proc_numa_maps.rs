@@ -32,8 +32,11 @@ fuzz_target!(|data: &[u8]| {
                 assert!(POLICIES.contains(&e.policy.as_str()), "{:?}", e.policy);
                 assert!(e.policy_nodes.windows(2).all(|w| w[0] < w[1]));
                 for (&node, &pages) in &e.nodes {
-                    let exact = u128::from(pages) * u128::from(e.kernel_page_kb) * 1024;
-                    let expected = u64::try_from(exact).unwrap_or(u64::MAX);
+                    // Two u64 factors always fit in u128; the third (1024) may not.
+                    let expected = (u128::from(pages) * u128::from(e.kernel_page_kb))
+                        .checked_mul(1024)
+                        .and_then(|bytes| u64::try_from(bytes).ok())
+                        .unwrap_or(u64::MAX);
                     assert_eq!(e.bytes_on(node), expected);
                 }
             }

@@ -238,11 +238,13 @@ mod tests {
     #[test]
     fn huge_page_counts_saturate_instead_of_overflowing() {
         let text = "1000 default anon=1 N0=18446744073709551615 N1=2 kernelpagesize_kB=4\n\
-                    2000 default anon=1 N0=9007199254740992 kernelpagesize_kB=2048\n";
+                    2000 default anon=1 N0=9007199254740992 kernelpagesize_kB=2048\n\
+                    3000 default N0=18446744073709551615 kernelpagesize_kB=18446744073709551615\n";
         let maps = parse(Path::new("numa_maps"), text).unwrap();
         assert_eq!(maps[0].bytes_on(0), u64::MAX);
         assert_eq!(maps[0].bytes_on(1), 2 * 4096);
         assert_eq!(maps[1].bytes_on(0), u64::MAX);
+        assert_eq!(maps[2].bytes_on(0), u64::MAX);
         let total = bytes_per_node(&maps);
         assert_eq!(total[&0], u64::MAX);
         assert_eq!(total[&1], 2 * 4096);
