@@ -538,6 +538,7 @@ impl Engine {
                 hot_cutoff: self.hot_cutoff,
                 access_rate: self.access_rate,
                 evidence_unit: self.evidence_unit,
+                interval_stamp: (self.intervals.wrapping_sub(1) & 0xFFFF) as u16,
             },
             now,
             view,

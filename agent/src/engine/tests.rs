@@ -501,6 +501,105 @@ fn epoch_shortens_for_a_shrinking_working_set() {
     assert!(e.epoch() < Duration::from_millis(1600));
 }
 
+/// Stream-like windows: a working set that returns after seconds away shows, in the one epoch it
+/// returns, mostly long reuse gaps. The reuse floor must not stretch the epoch to that absence on
+/// the strength of one epoch's gaps (it did: 100 ms → 6.4 s, and the plans stopped for the rest
+/// of the run), while the reuses seen in the epochs before still count.
+#[test]
+fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
+    let mut c = EngineConfig::default();
+    c.policy.epoch.initial_ms = 100;
+    let mut e = Engine::new(c).unwrap();
+    // Everything is already fast with room to spare: no moves, so no payback or ping-pong input.
+    let mut model = TierModel::new(0, GIB, Tier::Fast, 2 * GIB);
+    let first: Vec<u64> = (0..10).collect();
+    let second: Vec<u64> = (100..106).collect();
+    // `first` for 10 intervals, `second` for 139, then `first` again: its return lands in the
+    // second interval of an epoch, after one interval of `second`.
+    let window = |i: u64| {
+        if (10..149).contains(&i) {
+            &second
+        } else {
+            &first
+        }
+    };
+    let mut changes = Vec::new();
+    for i in 0..160u64 {
+        let s: Vec<Sample> = window(i)
+            .iter()
+            .map(|sp| load(sp * SUPERPAGE_SIZE))
+            .collect();
+        e.observe_samples(&s, ms(i * 50 + 25));
+        if (i + 1) % (e.epoch().as_millis() as u64 / 50) == 0 {
+            let p = e.plan(ms((i + 1) * 50), &model, &model.capacity());
+            model.apply(&p);
+            changes.push((i, p.epoch, p.epoch_change));
+        }
+    }
+    assert!(
+        changes
+            .iter()
+            .all(|(_, epoch, change)| *change != EpochChange::LongerReuse
+                && *epoch <= Duration::from_millis(200)),
+        "{changes:?}"
+    );
+}
+
+/// Epoch changes of a sweep that touches one of `superpages` superpages per interval, in turn, with
+/// a fast tier of `fast_bytes` already holding everything it needs (so no move feeds the controller).
+fn epochs_of_a_cyclic_sweep(superpages: u64, fast_bytes: u64) -> Vec<(Duration, EpochChange)> {
+    let mut c = EngineConfig::default();
+    c.policy.epoch.initial_ms = 100;
+    let mut e = Engine::new(c).unwrap();
+    let mut model = TierModel::new(0, GIB, Tier::Fast, 2 * GIB);
+    let cap = CapacityView {
+        fast_total_bytes: fast_bytes,
+        fast_free_bytes: fast_bytes,
+        ..model.capacity()
+    };
+    let mut next_plan = e.epoch();
+    let mut changes = Vec::new();
+    for i in 0..superpages * 5 {
+        let sp = i % superpages;
+        let s: Vec<Sample> = (0..8)
+            .map(|p| load(sp * SUPERPAGE_SIZE + p * PAGE_SIZE))
+            .collect();
+        e.observe_samples(&s, ms(i * 50 + 25));
+        let now = ms((i + 1) * 50);
+        if now >= next_plan {
+            let p = e.plan(now, &model, &cap);
+            model.apply(&p);
+            changes.push((p.epoch, p.epoch_change));
+            next_plan = now + p.epoch;
+        }
+    }
+    changes
+}
+
+/// Doudali's floor keeps the epoch above the reuse time, so data is not evicted between uses. A
+/// sweep whose cycle touches more than the fast tier holds loses its data between uses whatever
+/// the epoch: its reuses set no floor. The same sweep within a large enough tier does.
+#[test]
+fn the_reuse_floor_counts_only_reuses_the_fast_tier_can_bridge() {
+    // 40 superpages, each reused after 40 intervals (2 s).
+    let fits = epochs_of_a_cyclic_sweep(40, 128 * MIB);
+    assert!(
+        fits.iter().any(|(_, c)| *c == EpochChange::LongerReuse),
+        "{fits:?}"
+    );
+    assert!(
+        fits.last().unwrap().0 >= Duration::from_millis(1600),
+        "{fits:?}"
+    );
+    let spills = epochs_of_a_cyclic_sweep(40, 20 * MIB);
+    assert!(
+        spills
+            .iter()
+            .all(|(epoch, c)| *c != EpochChange::LongerReuse && *epoch < ms(400)),
+        "{spills:?}"
+    );
+}
+
 #[test]
 fn memory_for_a_1_tib_target_is_a_small_fraction_of_naive() {
     let c = EngineConfig {

@@ -10,7 +10,11 @@
 //! 2. last plan's moves did not pay back: what its promotions gained, less what the data evicted
 //!    for them lost, came to less than their copy cost → longer;
 //! 3. the working set shrank, or the hot set shifted → shorter;
-//! 4. never shorter than the median sampled reuse time, the side of the dip that works.
+//! 4. never shorter than the median sampled reuse time, the side of the dip that works. Only
+//!    reuses the fast tier can bridge count: one after longer than the workload takes to touch a
+//!    fast tier's worth of other superpages finds its data evicted whatever the epoch. The reuse
+//!    histogram halves at each plan rather than restarting, so one epoch's burst of long gaps
+//!    does not decide it alone.
 
 use std::time::Duration;
 
@@ -119,39 +123,62 @@ impl ReuseHistogram {
         self.linear.iter().chain(&self.log).sum()
     }
 
+    /// (lowest gap, highest gap, count) of every bucket, shortest gaps first.
+    fn buckets(&self) -> impl Iterator<Item = (u32, u32, u64)> + '_ {
+        let linear = (0u32..).zip(&self.linear).map(|(gap, &c)| (gap, gap, c));
+        let log = (6u32..).zip(&self.log).map(|(k, &c)| {
+            let high = if k == 16 { u32::MAX } else { (2 << k) - 1 };
+            (1 << k, high, c)
+        });
+        linear.chain(log)
+    }
+
     /// Median reuse gap in intervals (a lower bound of its bucket beyond 64).
     #[must_use]
     pub fn median(&self) -> Option<u32> {
-        let n = self.count();
-        if n == 0 {
-            return None;
-        }
-        let half = n.div_ceil(2);
-        let mut seen = 0;
-        for (gap, c) in self.linear.iter().enumerate() {
-            seen += c;
-            if seen >= half {
-                return u32::try_from(gap).ok();
-            }
-        }
-        for (k, c) in self.log.iter().enumerate() {
-            seen += c;
-            if seen >= half {
-                return Some(1 << (k + 6));
-            }
-        }
-        None
+        self.median_within(u32::MAX)
     }
 
-    pub fn clear(&mut self) {
-        *self = Self::default();
+    /// Median of the gaps up to `limit` intervals (buckets starting beyond it are left out).
+    #[must_use]
+    pub fn median_within(&self, limit: u32) -> Option<u32> {
+        let kept = || self.buckets().take_while(|&(low, _, _)| low <= limit);
+        let n: u64 = kept().map(|(_, _, c)| c).sum();
+        let half = n.div_ceil(2);
+        let mut seen = 0;
+        kept().find_map(|(low, _, c)| {
+            seen += c;
+            (n > 0 && seen >= half).then_some(low)
+        })
+    }
+
+    /// The shortest gap (an upper bound of its bucket beyond 64) that at least `k` of the recorded
+    /// values do not exceed; `None` if fewer than `k` were recorded.
+    #[must_use]
+    pub fn reached_by(&self, k: u64) -> Option<u32> {
+        let mut seen = 0;
+        self.buckets().find_map(|(_, high, c)| {
+            seen += c;
+            (seen >= k).then_some(high)
+        })
+    }
+
+    /// Halves every count; the planner calls it once per epoch instead of clearing, so the
+    /// median weighs older epochs less without forgetting them. Cleared each epoch, the median
+    /// of a short epoch is a handful of reuses: on stream, the one epoch in which a window swept
+    /// seconds earlier returned lifted the floor from 100 ms to 6.4 s, and no plan ran again.
+    pub fn halve(&mut self) {
+        for c in self.linear.iter_mut().chain(&mut self.log) {
+            *c /= 2;
+        }
     }
 }
 
 /// What the controller looks at, measured over the epoch that just ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EpochInputs {
-    /// Median sampled reuse time of superpages.
+    /// Median sampled reuse time of superpages, over the reuses the fast tier can bridge (those
+    /// shorter than it takes the workload to touch as much other data as the tier holds).
     pub reuse_median: Option<Duration>,
     /// Jaccard overlap of this epoch's hot superpage set with the previous epoch's.
     pub jaccard: Option<f64>,
@@ -259,8 +286,35 @@ mod tests {
         assert_eq!(h.median(), Some(512));
         h.record(u32::MAX);
         assert_eq!(h.count(), 12);
-        h.clear();
-        assert_eq!(h.count(), 0);
+        // Halving keeps the shape (odd counts round down) and empties an all-ones histogram.
+        h.halve();
+        assert_eq!((h.count(), h.median()), (4, Some(512)));
+        h.halve();
+        assert_eq!((h.count(), h.median()), (1, Some(512)));
+        h.halve();
+        assert_eq!((h.count(), h.median()), (0, None));
+    }
+
+    #[test]
+    fn reuse_histogram_median_within_a_limit_and_the_reach_of_a_count() {
+        let mut h = ReuseHistogram::default();
+        for g in [1, 1, 2, 40, 40, 40, 200, 200, 200] {
+            h.record(g);
+        }
+        assert_eq!(h.median(), Some(40));
+        // Up to 39 intervals only 1, 1, 2 count; up to 64, the 40s as well.
+        assert_eq!(h.median_within(39), Some(1));
+        assert_eq!(h.median_within(64), Some(2));
+        assert_eq!(h.median_within(0), None);
+        // 200 is in the bucket [128, 255]: counted from its lower bound.
+        assert_eq!(h.median_within(128), Some(40));
+        // The 3rd shortest is 2; the 6th 40; the 7th lies in [128, 255], reported as 255.
+        assert_eq!(h.reached_by(3), Some(2));
+        assert_eq!(h.reached_by(6), Some(40));
+        assert_eq!(h.reached_by(7), Some(255));
+        assert_eq!(h.reached_by(10), None);
+        h.record(u32::MAX);
+        assert_eq!(h.reached_by(10), Some(u32::MAX));
     }
 
     #[test]

@@ -28,7 +28,7 @@ use super::{
 use crate::engine::{
     EngineConfig,
     subpage::{self, Stage2},
-    superpage::{HOT_PREV, NO_SLOT, Stage1, TOUCHED_EPOCH},
+    superpage::{HOT_PREV, NO_SLOT, SEEN, Stage1, TOUCHED_EPOCH},
 };
 
 /// Which way a range moves.
@@ -114,6 +114,8 @@ pub(crate) struct Hotness<'a> {
     pub access_rate: f64,
     /// Counter units one sample adds (the mean sample weight).
     pub evidence_unit: f64,
+    /// Stamp of the last closed interval (what `last_touch` is compared with).
+    pub interval_stamp: u16,
 }
 
 /// A move of the last plan whose outcome the payback judges.
@@ -307,7 +309,7 @@ impl Planner {
         let k1 = h.cfg.stage1_per_interval()
             * (self.epoch.current().as_secs_f64() / h.cfg.interval().as_secs_f64()).max(1.0);
 
-        let epoch_change = self.learn(&mut h, &costs);
+        let epoch_change = self.learn(&mut h, &costs, cap);
         self.marks.prune(
             epoch,
             pc.capacity
@@ -653,13 +655,18 @@ impl Planner {
     }
 
     /// Feeds the epoch that just ended to the epoch controller and the threshold.
-    fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel) -> EpochChange {
+    fn learn(&mut self, h: &mut Hotness<'_>, costs: &CostModel, cap: &CapacityView) -> EpochChange {
         let pc = &h.cfg.policy;
         let payback = self.payback(h, costs);
         let (mut inter, mut union, mut touched, mut hot_now) = (0u64, 0u64, 0u64, 0u64);
         let cutoff = h.hot_cutoff.max(1);
         let had_prev = self.prev_touched.is_some();
+        // How long ago each remembered superpage was last touched, to find the fast tier's reach.
+        let mut ages = ReuseHistogram::default();
         for rec in h.stage1.records_mut() {
+            if rec.flags & SEEN != 0 {
+                ages.record(u32::from(h.interval_stamp.wrapping_sub(rec.last_touch)));
+            }
             let hot = rec.accesses() >= cutoff;
             let prev = rec.flags & HOT_PREV != 0;
             hot_now += u64::from(hot);
@@ -675,8 +682,15 @@ impl Planner {
         }
         let interval = h.cfg.interval();
         let reuse_median = h.reuse.median().map(|g| interval * g);
+        // The fast tier's reach: the superpages touched within it would fill the fast tier. A
+        // reuse after longer than that finds its data evicted whatever the epoch (a cyclic sweep
+        // larger than the tier; a window that returns after the others), so it sets no floor.
+        let reach = ages.reached_by((cap.fast_total_bytes / SUPERPAGE_SIZE).max(1));
+        let bridgeable = reach.map_or(reuse_median, |r| {
+            h.reuse.median_within(r).map(|g| interval * g)
+        });
         let inputs = EpochInputs {
-            reuse_median,
+            reuse_median: bridgeable,
             // When the hot set is most of what was touched, heat is flat across superpages
             // (sparse hotness inside each, or uniform access) and which superpages make the
             // 70 % cut is sampling noise: their overlap says nothing about the workload moving.
@@ -697,7 +711,7 @@ impl Planner {
             payback,
             capacity_bound: self.last_capacity_bound,
         };
-        h.reuse.clear();
+        h.reuse.halve();
         self.prev_touched = Some(touched);
         let unpaid = payback.is_some_and(|p| p < pc.epoch.min_payback);
         self.threshold
