@@ -403,6 +403,11 @@ impl Engine {
         self.next_close = Some(next + interval * steps);
     }
 
+    /// The 16-bit stamp of the last closed interval, as records keep it in `last_touch`.
+    fn last_closed_stamp(&self) -> u16 {
+        (self.intervals.wrapping_sub(1) & 0xFFFF) as u16
+    }
+
     fn close_intervals(&mut self, steps: u32) {
         let stamp = (self.intervals & 0xFFFF) as u16;
         self.intervals += u64::from(steps);
@@ -426,7 +431,7 @@ impl Engine {
             self.hist.add(rec.weighted(ww));
         }
         self.select_stage2();
-        self.forget_cold(((self.intervals - 1) & 0xFFFF) as u16);
+        self.forget_cold(self.last_closed_stamp());
 
         let secs = self.cfg.interval().as_secs_f64() * f64::from(steps);
         let rate = self.interval_weight as f64 / secs;
@@ -529,6 +534,7 @@ impl Engine {
         capacity: &CapacityView,
     ) -> Plan {
         self.tick(now);
+        let interval_stamp = self.last_closed_stamp();
         let plan = self.planner.plan(
             Hotness {
                 cfg: &self.cfg,
@@ -538,7 +544,7 @@ impl Engine {
                 hot_cutoff: self.hot_cutoff,
                 access_rate: self.access_rate,
                 evidence_unit: self.evidence_unit,
-                interval_stamp: (self.intervals.wrapping_sub(1) & 0xFFFF) as u16,
+                interval_stamp,
             },
             now,
             view,

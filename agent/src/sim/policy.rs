@@ -162,8 +162,7 @@ impl SimPolicy for EnginePolicy {
             self.name
         );
         if self.epochs_ms.len() < 4096 {
-            self.epochs_ms
-                .push(u64::try_from(plan.epoch.as_millis()).unwrap_or(u64::MAX));
+            self.epochs_ms.push(ms(plan.epoch));
         }
         let now_ms = u32::try_from(clock.now.as_millis()).unwrap_or(u32::MAX);
         // Demotions first, so the promotions find their room.
