@@ -28,7 +28,12 @@ pub struct DamonMonitorConfig {
     pub aggr_us: u64,
     /// How often DAMON re-reads the targets' memory maps (µs). Default 1000000 (1 s).
     pub update_us: u64,
-    /// Minimum number of regions per target. Default 10.
+    /// Minimum number of regions. DAMON never grows a region past the monitored span divided by
+    /// this, and a process's span runs from its first mapping to its last less the two widest
+    /// gaps: it includes the heap's randomised offset (up to 1 GiB on x86-64) and reserved but
+    /// unused address space. Hot pages are told from cold neighbours only as finely as span ÷
+    /// min_regions; raise it (with max_regions) for sparse hot data, at a CPU cost that grows
+    /// with the number of regions. Default 10.
     pub min_regions: u32,
     /// Maximum number of regions per target; bounds DAMON's overhead. Default 1000.
     pub max_regions: u32,

@@ -80,8 +80,25 @@ pub(crate) struct Workload {
 impl Workload {
     /// Starts the workload with `args` and waits for its `ready` line.
     pub(crate) fn spawn(args: &[&str]) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_memtide-workload"))
-            .args(args)
+        let mut command = Command::new(env!("CARGO_BIN_EXE_memtide-workload"));
+        command.args(args);
+        Self::spawn_command(command)
+    }
+
+    /// Like [`Workload::spawn`], with address-space randomisation off (`setarch -R`), so its
+    /// heap starts right after its binary instead of up to 1 GiB later: a test of DAMON's
+    /// resolution then sees the same address-space span, and so the same region sizes, every run.
+    pub(crate) fn spawn_without_aslr(args: &[&str]) -> Self {
+        let mut command = Command::new("setarch");
+        command
+            .arg("-R")
+            .arg(env!("CARGO_BIN_EXE_memtide-workload"))
+            .args(args);
+        Self::spawn_command(command)
+    }
+
+    fn spawn_command(mut command: Command) -> Self {
+        let mut child = command
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
