@@ -61,8 +61,22 @@ done
 
 mkdir -p "$repo/target/vm"
 total_mib=$((2 * mib_per_node))
+# One host thread runs both vCPUs by default: with a thread per vCPU (QEMU's multi-threaded
+# TCG) a vCPU can run a stale translation of kernel text another vCPU has just patched (static
+# keys and tracepoints are switched by writing an int3 first), and the guest dies with
+# "Oops: int3" — seen at boot in enqueue_timer and, in CI, when a test attached BPF programs.
+# The suite takes as long either way on 2 host cores; MEMTIDE_VM_TCG=multi brings the thread
+# per vCPU back, for benchmarks that need both vCPUs at once (docs/benchmarks.md, Executor).
+tcg_threads=${MEMTIDE_VM_TCG:-single}
+case "$tcg_threads" in
+single | multi) ;;
+*)
+    echo "vm/run.sh: MEMTIDE_VM_TCG must be single or multi, not '$tcg_threads'" >&2
+    exit 2
+    ;;
+esac
 qemu_opts=(
-    "-machine accel=tcg,hmat=on -cpu max"
+    "-machine hmat=on -accel tcg,thread=$tcg_threads -cpu max"
     "-object memory-backend-ram,id=m0,size=${mib_per_node}M -numa node,memdev=m0,cpus=0-1,nodeid=0,initiator=0"
     "-object memory-backend-ram,id=m1,size=${mib_per_node}M -numa node,memdev=m1,nodeid=1,initiator=0"
     "-numa hmat-lb,initiator=0,target=0,hierarchy=memory,data-type=access-latency,latency=100"

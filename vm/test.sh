@@ -83,9 +83,10 @@ run_suite() {
 }
 
 run_suite "$@"
-# 255 is virtme-ng's "the guest ended without reporting a status": the emulated machine died
-# (it happened once in CI, mid-suite, with no kernel message on the console). A failing test
-# exits 1 and is never retried; a dead guest gets one more boot, and says so.
+# 255 is virtme-ng's "the guest ended without reporting a status": the emulated machine died.
+# The deaths seen (at boot, and mid-suite in CI) were "Oops: int3" from multi-threaded TCG
+# running stale kernel text (see vm/run.sh), which single-threaded TCG, the default now, avoids.
+# A failing test exits 1 and is never retried; a dead guest gets one more boot, and says so.
 if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
     echo "vm-test: the guest died without reporting a result (exit status 255); booting it once more" >&2
     mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true

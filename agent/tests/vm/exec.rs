@@ -329,7 +329,9 @@ fn executor_throughput_vs_migratepages() {
     } else {
         "release"
     };
-    let out = format!("build profile: {profile}\n{out}");
+    // vm/run.sh's MEMTIDE_VM_TCG reaches the guest through vm/test.sh's guest-env.
+    let tcg = std::env::var("MEMTIDE_VM_TCG").unwrap_or_else(|_| "single".to_owned());
+    let out = format!("build profile: {profile}; TCG vCPU threads: {tcg}\n{out}");
     eprint!("{out}");
     std::fs::write("target/vm/exec-bench.txt", &out).expect("write target/vm/exec-bench.txt");
 }
