@@ -381,6 +381,15 @@ impl Config {
                 ),
             );
         }
+        if !damon.owner_file.as_os_str().is_empty() && !damon.owner_file.is_absolute() {
+            problem(
+                "sources.damon.owner_file",
+                format!(
+                    "{} is not an absolute path; give one (default /run/memtide/kdamond) or \"\" to keep no record",
+                    damon.owner_file.display()
+                ),
+            );
+        }
         if damon.min_regions < 3 || damon.min_regions > damon.max_regions {
             problem(
                 "sources.damon.min_regions",
@@ -596,6 +605,18 @@ mod tests {
                 .validate(Path::new("x.toml"), Some(&topology))
                 .is_ok()
         );
+    }
+
+    #[test]
+    fn the_kdamond_record_needs_an_absolute_path_or_none() {
+        let problems = parse("[sources.damon]\nowner_file = \"run/kdamond\"\n")
+            .unwrap()
+            .problems(None);
+        assert_eq!(problems[0].key, "sources.damon.owner_file", "{problems:?}");
+        for ok in ["", "/var/lib/memtide/kdamond"] {
+            let config = parse(&format!("[sources.damon]\nowner_file = \"{ok}\"\n")).unwrap();
+            assert!(config.problems(None).is_empty(), "{ok:?}");
+        }
     }
 
     #[test]

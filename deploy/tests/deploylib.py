@@ -221,12 +221,12 @@ def k8s_policy(rendered: str, unit: str, config: str) -> None:
     mounts = {m["mountPath"]: m for m in container.get("volumeMounts", [])}
     for path, writable in [("/sys/fs/bpf", False), ("/sys/kernel/tracing", False), ("/sys/kernel/debug", True),
                            ("/sys/kernel/mm/damon", True), ("/sys/fs/cgroup", False), ("/host/proc", False),
-                           ("/etc/memtide", False)]:
+                           ("/etc/memtide", False), ("/run/memtide", True)]:
         m = mounts.get(path)
         need(m is not None and bool(m.get("readOnly")) != writable,
              f"mount {path} ({'read-write' if writable else 'read-only'})")
     need(set(mounts) <= {"/sys/fs/bpf", "/sys/kernel/tracing", "/sys/kernel/debug", "/sys/kernel/mm/damon",
-                         "/sys/fs/cgroup", "/host/proc", "/etc/memtide"}, "no other mounts")
+                         "/sys/fs/cgroup", "/host/proc", "/etc/memtide", "/run/memtide"}, "no other mounts")
     need(container.get("livenessProbe", {}).get("httpGet", {}).get("path") == "/healthz", "liveness probe on /healthz")
     need(container.get("readinessProbe", {}).get("httpGet", {}).get("path") == "/readyz", "readiness probe on /readyz")
     res = container.get("resources", {})

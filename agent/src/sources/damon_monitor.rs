@@ -3,7 +3,9 @@
 //! memtide only ever uses DAMON when nobody else does: it starts from `nr_kdamonds == 0`,
 //! creates exactly one kdamond, and on stop (or drop) turns it off and removes it. It never
 //! writes to DAMON's sysfs while a kdamond it did not create exists: writing `nr_kdamonds`
-//! would tear down (or fail with EBUSY on) someone else's monitoring.
+//! would tear down (or fail with EBUSY on) someone else's monitoring. The one kdamond it
+//! removes without having created it is the one its ownership record proves a killed memtide
+//! agent left behind (see [`super::damon_owner`]).
 //!
 //! The tracepoint `damon:damon_aggregated` reports regions by target *index*; this module
 //! keeps the index → pid table ([`DamonMonitor::target_pid`]).
@@ -13,7 +15,10 @@ use std::path::{Path, PathBuf};
 use memtide_common::DamonFieldOffsets;
 use serde::{Deserialize, Serialize};
 
-use super::damon::ADMIN_DIR;
+use super::{
+    damon::ADMIN_DIR,
+    damon_owner::{self, KdamondState, OwnerRecord},
+};
 use crate::sysfs::{self, HostRoot, SysfsError};
 
 /// Monitoring attributes written to the kdamond's context.
@@ -37,6 +42,14 @@ pub struct DamonMonitorConfig {
     pub min_regions: u32,
     /// Maximum number of regions per target; bounds DAMON's overhead. Default 1000.
     pub max_regions: u32,
+    /// Where the agent records the kdamond it started (its own pid and start time, the
+    /// kdamond's thread and targets), so that after a SIGKILL the next agent can tell the
+    /// kdamond left behind from anyone else's and remove it instead of finding DAMON busy. Must
+    /// survive a restart of the agent (systemd: `RuntimeDirectory=memtide` with
+    /// `RuntimeDirectoryPreserve=restart`; Kubernetes: a `hostPath`, as deploy/kubernetes does). Empty: keep no record (a
+    /// killed agent's kdamond then blocks DAMON until removed by hand). Default
+    /// "/run/memtide/kdamond".
+    pub owner_file: PathBuf,
 }
 
 impl Default for DamonMonitorConfig {
@@ -47,6 +60,7 @@ impl Default for DamonMonitorConfig {
             update_us: 1_000_000,
             min_regions: 10,
             max_regions: 1_000,
+            owner_file: PathBuf::from("/run/memtide/kdamond"),
         }
     }
 }
@@ -67,7 +81,8 @@ pub enum DamonError {
     )]
     NotPresent(PathBuf),
     #[error(
-        "DAMON is busy: {0} kdamond(s) exist that memtide did not start; memtide never stops or \
+        "DAMON is busy: {0} kdamond(s) exist that memtide did not start (or that a killed \
+         memtide left without a record in [sources.damon] owner_file); memtide never stops or \
          reconfigures them. Stop them yourself (echo off > .../kdamonds/N/state; echo 0 > \
          .../nr_kdamonds) or choose another source"
     )]
@@ -92,6 +107,11 @@ pub struct DamonMonitor {
     targets: Vec<u32>,
     kdamond_pid: Option<u32>,
     owned: bool,
+    /// Where the ownership record lives (under the host root); `None`: no record kept.
+    owner_file: Option<PathBuf>,
+    root: HostRoot,
+    /// Warn only once that the record could not be written.
+    owner_file_failed: bool,
 }
 
 impl DamonMonitor {
@@ -106,8 +126,10 @@ impl DamonMonitor {
         if !sysfs::exists(&nr_path) {
             return Err(DamonError::NotPresent(admin));
         }
+        let owner_file =
+            (!config.owner_file.as_os_str().is_empty()).then(|| root.path(&config.owner_file));
         let existing: u32 = sysfs::read_parse(&nr_path)?;
-        if existing != 0 {
+        if existing != 0 && !remove_left_behind(root, &admin, owner_file.as_deref())? {
             return Err(DamonError::Busy(existing));
         }
         sysfs::write_value(&nr_path, "1").map_err(|error| match &error {
@@ -123,7 +145,11 @@ impl DamonMonitor {
             targets: Vec::new(),
             kdamond_pid: None,
             owned: true,
+            owner_file,
+            root: root.clone(),
+            owner_file_failed: false,
         };
+        monitor.record_ownership();
         monitor.configure(pids)?;
         Ok(monitor)
     }
@@ -163,7 +189,29 @@ impl DamonMonitor {
             sysfs::write_value(&self.kdamond().join("state"), "on")?;
             self.kdamond_pid = self.read_pid()?;
         }
+        self.record_ownership();
         Ok(())
+    }
+
+    /// Writes the ownership record with the current kdamond thread and targets. A failure
+    /// costs only the clean-up after a SIGKILL, so it is logged (once), never fatal.
+    fn record_ownership(&mut self) {
+        let Some(path) = &self.owner_file else {
+            return;
+        };
+        let written = OwnerRecord::for_this_agent(&self.root, self.kdamond_pid, &self.targets)
+            .and_then(|record| record.write(path));
+        if let Err(error) = written
+            && !self.owner_file_failed
+        {
+            self.owner_file_failed = true;
+            tracing::warn!(
+                path = %path.display(),
+                %error,
+                "cannot record the kdamond memtide started ([sources.damon] owner_file): if \
+                 this agent is killed, the next one will find DAMON busy"
+            );
+        }
     }
 
     fn write_targets(&mut self, pids: &[u32]) -> Result<(), SysfsError> {
@@ -198,12 +246,14 @@ impl DamonMonitor {
             }
             self.targets.clear();
             self.kdamond_pid = None;
+            self.record_ownership();
             return Ok(());
         }
         self.write_targets(pids)?;
         let state = if running { "commit" } else { "on" };
         sysfs::write_value(&self.kdamond().join("state"), state)?;
         self.kdamond_pid = self.read_pid()?;
+        self.record_ownership();
         Ok(())
     }
 
@@ -250,8 +300,48 @@ impl DamonMonitor {
         sysfs::write_value(&self.admin.join("kdamonds/nr_kdamonds"), "0")?;
         self.owned = false;
         self.kdamond_pid = None;
+        if let Some(path) = &self.owner_file
+            && let Err(error) = damon_owner::remove(path)
+        {
+            tracing::warn!(path = %path.display(), %error, "removing the kdamond record");
+        }
         Ok(())
     }
+}
+
+/// Removes the kdamond a killed agent left behind, if `owner_file` proves it was that agent's
+/// (see [`damon_owner`]); `Ok(false)` leaves DAMON untouched.
+fn remove_left_behind(
+    root: &HostRoot,
+    admin: &Path,
+    owner_file: Option<&Path>,
+) -> Result<bool, DamonError> {
+    let Some(path) = owner_file else {
+        return Ok(false);
+    };
+    let Some(record) = OwnerRecord::read(path) else {
+        return Ok(false);
+    };
+    let Some(state) = KdamondState::read(admin) else {
+        return Ok(false);
+    };
+    if !damon_owner::is_left_behind(&record, &state, root) {
+        return Ok(false);
+    }
+    if state.running {
+        sysfs::write_value(&admin.join("kdamonds/0/state"), "off")?;
+    }
+    sysfs::write_value(&admin.join("kdamonds/nr_kdamonds"), "0")?;
+    if let Err(error) = damon_owner::remove(path) {
+        tracing::warn!(path = %path.display(), %error, "removing the kdamond record");
+    }
+    tracing::warn!(
+        agent_pid = record.agent_pid,
+        kdamond_pid = ?record.kdamond_pid,
+        targets = ?record.targets,
+        "removed the kdamond a memtide agent that is gone left running (killed without a clean stop)"
+    );
+    Ok(true)
 }
 
 impl Drop for DamonMonitor {
@@ -483,6 +573,93 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\"";
                 .join("kdamonds/0/contexts/0/operations")
                 .exists()
         );
+    }
+
+    /// This process's /proc/PID/stat under the fixture root, started at `start` ticks.
+    fn fake_this_process(dir: &tempfile::TempDir, start: u64) {
+        damon_owner::fake_process(dir.path(), std::process::id(), start);
+    }
+
+    fn owner_record(dir: &tempfile::TempDir) -> Option<OwnerRecord> {
+        OwnerRecord::read(&dir.path().join("run/memtide/kdamond"))
+    }
+
+    #[test]
+    fn a_kdamond_left_by_a_killed_agent_is_removed_and_monitoring_starts() {
+        let dir = admin_tree(0, "vaddr\n");
+        let root = HostRoot::new(dir.path());
+        fake_this_process(&dir, 1000);
+        let killed = DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[41, 42]).unwrap();
+        let record = owner_record(&dir).expect("the running agent keeps a record");
+        assert_eq!(
+            (
+                record.agent_pid,
+                record.agent_start,
+                record.targets.as_slice()
+            ),
+            (std::process::id(), 1000, &[41, 42][..])
+        );
+        // SIGKILL: no drop, the kdamond and the record stay.
+        std::mem::forget(killed);
+
+        // While the agent that wrote the record lives, its kdamond is not touched.
+        let error = DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[43]).unwrap_err();
+        assert!(matches!(error, DamonError::Busy(1)), "{error}");
+        assert_eq!(read(&dir, "kdamonds/0/contexts/0/targets/nr_targets"), "2");
+
+        // Gone (its pid now names another process): the next agent takes over.
+        fake_this_process(&dir, 2000);
+        let mut next = DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[43]).unwrap();
+        assert_eq!(read(&dir, "kdamonds/nr_kdamonds"), "1");
+        assert_eq!(read(&dir, "kdamonds/0/state"), "on");
+        assert_eq!(read(&dir, "kdamonds/0/contexts/0/targets/nr_targets"), "1");
+        assert_eq!(
+            read(&dir, "kdamonds/0/contexts/0/targets/0/pid_target"),
+            "43"
+        );
+        let record = owner_record(&dir).unwrap();
+        assert_eq!((record.agent_start, record.targets), (2000, vec![43]));
+        next.set_targets(&[44, 45]).unwrap();
+        assert_eq!(owner_record(&dir).unwrap().targets, vec![44, 45]);
+        next.stop().unwrap();
+        assert_eq!(owner_record(&dir), None, "a clean stop removes the record");
+    }
+
+    #[test]
+    fn without_a_matching_record_a_left_kdamond_stays_busy() {
+        let dir = admin_tree(0, "vaddr\n");
+        let root = HostRoot::new(dir.path());
+        fake_this_process(&dir, 1000);
+        std::mem::forget(
+            DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[41]).unwrap(),
+        );
+        fake_this_process(&dir, 2000);
+        // Someone else reconfigured the kdamond since: other targets.
+        fs::write(
+            dir.path()
+                .join(ADMIN_DIR)
+                .join("kdamonds/0/contexts/0/targets/0/pid_target"),
+            "77\n",
+        )
+        .unwrap();
+        let error = DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[43]).unwrap_err();
+        assert!(matches!(error, DamonError::Busy(1)), "{error}");
+        assert_eq!(read(&dir, "kdamonds/0/state"), "on");
+        // No record kept (owner_file empty): nothing proves whose it is.
+        let unrecorded = DamonMonitorConfig {
+            owner_file: PathBuf::new(),
+            ..DamonMonitorConfig::default()
+        };
+        fs::write(
+            dir.path()
+                .join(ADMIN_DIR)
+                .join("kdamonds/0/contexts/0/targets/0/pid_target"),
+            "41\n",
+        )
+        .unwrap();
+        let error = DamonMonitor::start(&root, &unrecorded, &[43]).unwrap_err();
+        assert!(matches!(error, DamonError::Busy(1)), "{error}");
+        assert_eq!(read(&dir, "kdamonds/0/state"), "on");
     }
 
     #[test]

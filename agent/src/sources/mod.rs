@@ -8,6 +8,7 @@
 pub mod budget;
 pub mod damon;
 pub mod damon_monitor;
+pub mod damon_owner;
 pub mod damon_source;
 pub mod ibs;
 pub mod ingest;
