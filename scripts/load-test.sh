@@ -41,6 +41,12 @@ drops() {
     curl -s "127.0.0.1:$port/metrics" |
         awk '/^memtide_samples_dropped_total\{/ && /reason="(ring_full|channel_full|malformed)"/ {sum += $2} END {printf "%d\n", sum}'
 }
+# The CPU budget controller's sample period scale (1 = the start-up period; above 1 it slowed
+# sampling down because sampling cost more than cpu_budget_percent).
+period_scale() {
+    curl -s "127.0.0.1:$port/metrics" |
+        awk '/^memtide_sample_period_scale\{/ {print $2; exit}'
+}
 samples() {
     curl -s "127.0.0.1:$port/metrics" |
         awk '/^memtide_samples_total\{/ {sum += $2} END {printf "%d\n", sum}'
@@ -52,6 +58,7 @@ quiet_samples0=$(samples)
 sleep "$duration"
 quiet_drops=$(($(drops) - quiet_drops0))
 quiet_samples=$(($(samples) - quiet_samples0))
+quiet_scale=$(period_scale)
 
 for endpoint in /metrics /status; do
     drops0=$(drops)
@@ -59,8 +66,8 @@ for endpoint in /metrics /status; do
     echo "=== wrk -t2 -c200 -d${duration}s http://127.0.0.1:$port$endpoint"
     wrk -t2 -c200 -d"${duration}s" --latency "http://127.0.0.1:$port$endpoint" |
         grep -E "Latency|50%|90%|99%|Requests/sec|requests in|Socket errors|Non-2xx"
-    echo "load-test: $endpoint: samples $(($(samples) - samples0)), drops $(($(drops) - drops0)) under load;" \
-        "quiet window of ${duration}s before: samples $quiet_samples, drops $quiet_drops"
+    echo "load-test: $endpoint: samples $(($(samples) - samples0)), drops $(($(drops) - drops0)), sample period scale $(period_scale) under load;" \
+        "quiet window of ${duration}s before: samples $quiet_samples, drops $quiet_drops, scale $quiet_scale"
 done
 kill -0 "$agent" || {
     echo "load-test: the agent died under load" >&2

@@ -219,7 +219,7 @@ impl Metrics {
         );
         registry.register(
             "sampling_cpu_ratio",
-            "Measured CPU cost of sampling and the engine (agent CPU plus BPF run time) over the last interval, in cores",
+            "Measured CPU cost of sampling and the engine (agent CPU but its HTTP server thread, plus BPF run time) over the last interval, in cores",
             m.sampling_cpu_ratio.clone(),
         );
         registry.register(

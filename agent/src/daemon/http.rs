@@ -6,7 +6,7 @@ use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex, RwLock,
-        atomic::{AtomicBool, Ordering},
+        atomic::{AtomicBool, AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -23,7 +23,7 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 use super::status::AgentStatus;
-use crate::metrics;
+use crate::{metrics, sys::process};
 
 /// How long an encoded response is served again. The agent publishes its metrics once a
 /// second and targets at each epoch, so a fresher answer would say nothing new; a burst of
@@ -186,6 +186,96 @@ pub async fn serve(
         .await
 }
 
+/// How often the server thread publishes its CPU time.
+const CPU_METER_PERIOD: Duration = Duration::from_millis(100);
+
+/// CPU time of the HTTP server's thread, as it last published it.
+#[derive(Clone, Debug, Default)]
+pub struct CpuMeter(Arc<AtomicU64>);
+
+impl CpuMeter {
+    #[must_use]
+    pub fn get(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    /// Publishes the calling thread's CPU time.
+    fn publish_this_thread(&self) {
+        if let Ok(cpu) = process::thread_cpu_time() {
+            let nanos = u64::try_from(cpu.as_nanos()).unwrap_or(u64::MAX);
+            self.0.store(nanos, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The HTTP endpoints, served by a thread of their own with its own single-threaded runtime:
+/// the sampling budget charges the agent's CPU less this thread's ([`CpuMeter`]), so a scrape
+/// storm costs the agent CPU but never slows sampling down, and the workers that drain the
+/// rings and run the engines never wait behind a request.
+#[derive(Debug)]
+pub struct HttpServer {
+    done: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
+    cpu: CpuMeter,
+}
+
+impl HttpServer {
+    /// Starts serving on `listener` until `shutdown` resolves.
+    pub fn start(
+        listener: TcpListener,
+        shared: Shared,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> std::io::Result<Self> {
+        let listener = listener.into_std()?;
+        let cpu = CpuMeter::default();
+        let meter = cpu.clone();
+        let (done_tx, done) = tokio::sync::oneshot::channel();
+        std::thread::Builder::new()
+            .name("memtide-http".to_owned())
+            .spawn(move || {
+                let result = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .and_then(|runtime| {
+                        runtime.block_on(async {
+                            let listener = TcpListener::from_std(listener)?;
+                            let publisher = tokio::spawn({
+                                let meter = meter.clone();
+                                async move {
+                                    let mut tick = tokio::time::interval(CPU_METER_PERIOD);
+                                    loop {
+                                        tick.tick().await;
+                                        meter.publish_this_thread();
+                                    }
+                                }
+                            });
+                            let served = serve(listener, shared, shutdown).await;
+                            publisher.abort();
+                            served
+                        })
+                    });
+                meter.publish_this_thread();
+                let _ = done_tx.send(result);
+            })?;
+        Ok(Self { done, cpu })
+    }
+
+    /// The server thread's CPU time, for the sampling budget.
+    #[must_use]
+    pub fn cpu_meter(&self) -> CpuMeter {
+        self.cpu.clone()
+    }
+
+    /// Waits up to `grace` for the server to finish after its shutdown signal; an error it
+    /// stopped with is logged.
+    pub async fn finish(self, grace: Duration) {
+        match tokio::time::timeout(grace, self.done).await {
+            Ok(Ok(Err(error))) => tracing::warn!(%error, "the HTTP server stopped with an error"),
+            Ok(Ok(Ok(())) | Err(_)) => {}
+            Err(_) => tracing::warn!("the HTTP server did not stop within {grace:?}"),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -223,5 +313,52 @@ mod tests {
         let fresh = shared.cached(Cached::Status, |_| Bytes::from_static(b"two"));
         assert_eq!(fresh, "two");
         assert!(!shared.cache.lock().unwrap().refreshing[Cached::Status as usize]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 1)]
+    async fn the_server_runs_on_its_own_thread_reports_its_cpu_and_stops() {
+        let listener = bind("127.0.0.1:0".parse().unwrap()).await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let (stop, mut stop_rx) = tokio::sync::watch::channel(false);
+        let server = HttpServer::start(listener, shared(), async move {
+            let _ = stop_rx.changed().await;
+        })
+        .unwrap();
+        let meter = server.cpu_meter();
+        let body = tokio::task::spawn_blocking(move || {
+            ureq::get(&format!("http://{address}/healthz"))
+                .call()
+                .unwrap()
+                .into_body()
+                .read_to_string()
+                .unwrap()
+        })
+        .await
+        .unwrap();
+        assert_eq!(body, "ok\n");
+        assert!(threads_named("memtide-http"), "no thread of its own");
+        stop.send(true).unwrap();
+        server.finish(Duration::from_secs(5)).await;
+        // Published once more as the thread ends: it built a runtime and served a request.
+        assert!(meter.get() > Duration::ZERO);
+        assert!(
+            wait_until_gone(|| !threads_named("memtide-http")),
+            "the server thread outlived finish()"
+        );
+    }
+
+    fn threads_named(name: &str) -> bool {
+        std::fs::read_dir("/proc/self/task")
+            .into_iter()
+            .flatten()
+            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
+            .any(|comm| comm.trim() == name)
+    }
+
+    fn wait_until_gone(gone: impl Fn() -> bool) -> bool {
+        (0..100).any(|_| {
+            std::thread::sleep(Duration::from_millis(20));
+            gone()
+        })
     }
 }

@@ -731,13 +731,19 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         .map_err(DaemonError::Listen)?;
     tracing::info!(address = %config.agent.listen, "serving /metrics /healthz /readyz /status");
     let (http_stop, mut http_stop_rx) = watch::channel(false);
-    let http = tokio::spawn(http::serve(
+    let http = http::HttpServer::start(
         listener,
         http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready)),
         async move {
             let _ = http_stop_rx.changed().await;
         },
-    ));
+    )
+    .map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("starting the HTTP server thread: {error}"),
+        )
+    })?;
 
     let selection = config.targets.selection();
     let observe_all = selection.include.is_empty() && pod_lister.is_none();
@@ -842,6 +848,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     let mut sample_rate = source.as_deref().and_then(|source| {
         sample_rate::SampleRate::new(
             source,
+            http.cpu_meter(),
             perf.budget.cpu_fraction,
             perf.limits
                 .effective_max_rate(perf.budget.kernel_sample_cost_ns),
@@ -919,7 +926,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
     // Detaches the BPF programs and removes memtide's kdamond, if any.
     drop(agent.source.take());
     let _ = http_stop.send(true);
-    let _ = tokio::time::timeout(Duration::from_secs(1), http).await;
+    http.finish(Duration::from_secs(1)).await;
     tracing::info!("memtide stopped");
     Ok(())
 }

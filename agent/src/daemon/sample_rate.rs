@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use super::http::CpuMeter;
 use crate::{
     metrics::{Metrics, SourceLabel},
     sources::{
@@ -22,9 +23,11 @@ struct Reading {
 }
 
 impl Reading {
-    fn take(source: &dyn HotnessSource, samples: u64) -> Option<Self> {
+    /// The agent's CPU time less `excluded`'s (the HTTP server's: serving scrapes is not
+    /// sampling), the BPF programs' run time and the sample count, now.
+    fn take(source: &dyn HotnessSource, samples: u64, excluded: &CpuMeter) -> Option<Self> {
         let agent_cpu = match process::cpu_time() {
-            Ok(cpu) => cpu,
+            Ok(cpu) => cpu.saturating_sub(excluded.get()),
             Err(error) => {
                 tracing::warn!(%error, "reading the agent's CPU time; the sample period stays fixed");
                 return None;
@@ -49,6 +52,7 @@ impl Reading {
 pub(super) struct SampleRate {
     controller: RateController,
     last: Reading,
+    excluded: CpuMeter,
 }
 
 impl SampleRate {
@@ -56,6 +60,7 @@ impl SampleRate {
     /// budget is 0 (meaning: keep the start-up period).
     pub(super) fn new(
         source: &dyn HotnessSource,
+        excluded: CpuMeter,
         cpu_fraction: f64,
         max_rate_per_stream: f64,
         samples: u64,
@@ -66,13 +71,14 @@ impl SampleRate {
         }
         Some(Self {
             controller: RateController::new(cpu_fraction, streams, max_rate_per_stream),
-            last: Reading::take(source, samples)?,
+            last: Reading::take(source, samples, &excluded)?,
+            excluded,
         })
     }
 
     /// Measures the interval since the last call and applies the controller's decision.
     pub(super) fn tick(&mut self, source: &mut dyn HotnessSource, samples: u64, metrics: &Metrics) {
-        let Some(now) = Reading::take(source, samples) else {
+        let Some(now) = Reading::take(source, samples, &self.excluded) else {
             return;
         };
         let interval = Interval {

@@ -4,8 +4,10 @@
 //! *expected* event rate; real workloads fault, miss and retire at rates that differ from it by
 //! orders of magnitude (a page-fault storm is 15x the assumed rate on this machine's test
 //! workload). So every [`RateController::INTERVAL`] the daemon measures what sampling really
-//! cost — the agent's own CPU time plus the kernel-measured run time of the BPF programs — and
-//! scales every sampling event's period so the cost lands inside the budget:
+//! cost — the agent's own CPU time, less its HTTP server thread's (serving scrapes is not
+//! sampling, and a scrape storm must not silence sampling), plus the kernel-measured run time of
+//! the BPF programs — and scales every sampling event's period so the cost lands inside the
+//! budget:
 //!
 //! - over `OVER` x budget: the period grows in proportion (cost is mostly per sample), at most
 //!   `MAX_STEP` x per interval so one noisy interval cannot silence sampling;
@@ -22,7 +24,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Interval {
     pub wall: Duration,
-    /// The agent's CPU time over the interval (all threads).
+    /// The agent's CPU time over the interval: all threads but the HTTP server's.
     pub agent_cpu: Duration,
     /// Kernel-measured run time of the sampling BPF programs (zero when the kernel's BPF
     /// statistics are off).

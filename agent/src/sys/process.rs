@@ -43,12 +43,21 @@ pub fn discard_pages(buffer: &mut [u8]) -> io::Result<()> {
 /// (`CLOCK_PROCESS_CPUTIME_ID`: nanosecond resolution, unlike the 10 ms ticks of
 /// /proc/self/stat, so a 1 % budget can be checked over a few seconds).
 pub fn cpu_time() -> io::Result<std::time::Duration> {
+    clock_time(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time the calling thread has used so far, user and system (`CLOCK_THREAD_CPUTIME_ID`).
+pub fn thread_cpu_time() -> io::Result<std::time::Duration> {
+    clock_time(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+fn clock_time(clock: libc::clockid_t) -> io::Result<std::time::Duration> {
     let mut now = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
     };
     // SAFETY: `now` is a live, writable timespec for the duration of the call.
-    let ret = unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &raw mut now) };
+    let ret = unsafe { libc::clock_gettime(clock, &raw mut now) };
     if ret < 0 {
         return Err(io::Error::last_os_error());
     }
