@@ -59,8 +59,9 @@ pub(crate) struct RunArgs {
     #[arg(long = "pid", value_name = "PID")]
     pub(crate) pids: Vec<u32>,
 
-    /// Manage the processes of this cgroup v2 directory (repeatable), relative to
-    /// /sys/fs/cgroup or absolute under it.
+    /// Manage the processes of this cgroup v2 directory (repeatable), relative to the
+    /// cgroup v2 root (/sys/fs/cgroup, or /sys/fs/cgroup/unified on a hybrid host) or
+    /// absolute under it.
     #[arg(long = "cgroup", value_name = "PATH")]
     pub(crate) cgroups: Vec<PathBuf>,
 

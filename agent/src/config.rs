@@ -88,7 +88,8 @@ pub enum LogFormat {
 pub struct TargetsConfig {
     /// Process ids.
     pub pids: Vec<u32>,
-    /// cgroup v2 directories, relative to /sys/fs/cgroup (e.g. `system.slice/db.service`);
+    /// cgroup v2 directories, relative to the cgroup v2 root (/sys/fs/cgroup, or
+    /// /sys/fs/cgroup/unified on a hybrid host; e.g. `system.slice/db.service`);
     /// their member processes (and those of child cgroups) are followed as they come and go.
     pub cgroups: Vec<PathBuf>,
     /// Process name patterns (`comm` or the basename of argv[0]; `*` and `?` wildcards).
@@ -102,6 +103,8 @@ pub struct TargetsConfig {
     /// Never managed, whatever the above say.
     pub exclude_pids: Vec<u32>,
     pub exclude_names: Vec<String>,
+    /// cgroup v2 directories, as in `cgroups`. A process whose cgroup v2 membership cannot be
+    /// read (a cgroup v1 host) is not managed while this list is not empty.
     pub exclude_cgroups: Vec<PathBuf>,
     /// Upper bound on processes managed (or observed) at once; further ones are skipped and
     /// counted, which bounds the agent's memory.

@@ -69,7 +69,10 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
             .cgroups
             .iter()
             .map(|path| {
-                path.strip_prefix("/sys/fs/cgroup")
+                // Relative to the cgroup v2 root, on a unified or a hybrid host.
+                ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+                    .iter()
+                    .find_map(|mount| path.strip_prefix(mount).ok())
                     .unwrap_or(path)
                     .to_path_buf()
             })

@@ -171,12 +171,18 @@ fn a_removed_cgroup_target_is_reported_and_the_other_targets_stay() {
     if support::skip_unless_root("a_removed_cgroup_target_is_reported_and_the_other_targets_stay") {
         return;
     }
-    let cgroup = std::path::Path::new("/sys/fs/cgroup")
-        .join(format!("memtide-test-{}.scope", std::process::id()));
+    let Some(cgroot) = support::cgroup_v2_root() else {
+        support::skip(
+            "a_removed_cgroup_target_is_reported_and_the_other_targets_stay",
+            "no cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified",
+        );
+        return;
+    };
+    let cgroup = cgroot.join(format!("memtide-test-{}.scope", std::process::id()));
     if std::fs::create_dir(&cgroup).is_err()
         && support::skip(
             "a_removed_cgroup_target_is_reported_and_the_other_targets_stay",
-            "cannot create a cgroup v2 directory under /sys/fs/cgroup",
+            &format!("cannot create a cgroup under {}", cgroot.display()),
         )
     {
         return;

@@ -8,7 +8,7 @@ mod support;
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     net::TcpListener,
-    path::{Path, PathBuf},
+    path::PathBuf,
     sync::{Arc, Mutex},
     time::{Duration, Instant},
 };
@@ -68,52 +68,41 @@ fn pod_list(uids: &[&str]) -> String {
     format!(r#"{{"kind":"PodList","items":[{}]}}"#, items.join(","))
 }
 
-/// A pod's cgroup as kubelet's cgroupfs driver lays it out, holding `pid`. Where
-/// /sys/fs/cgroup is the cgroup v2 root the process is really moved in (and back out on drop);
-/// on a host with cgroup v1 there (a tmpfs of v1 hierarchies, as on this test machine) the
-/// directories are plain ones and their `cgroup.procs` is written by hand, which is all memtide
-/// reads of a cgroup. Everything made is removed on drop.
+/// A pod's cgroup as kubelet's cgroupfs driver lays it out in the cgroup v2 hierarchy
+/// (`support::cgroup_v2_root`, /sys/fs/cgroup/unified on this hybrid test machine), with `pid`
+/// moved in for real (and back out on drop). Everything made is removed on drop.
 struct PodCgroup {
     dir: PathBuf,
+    kubepods: PathBuf,
+    cgroot: PathBuf,
     pid: u32,
-    real: bool,
 }
 
-const KUBEPODS: &str = "/sys/fs/cgroup/kubepods";
-
 impl PodCgroup {
+    /// None when this host has no cgroup v2 hierarchy or it cannot be written.
     fn create(uid: &str, pid: u32) -> Option<Self> {
-        let real = Path::new("/sys/fs/cgroup/cgroup.controllers").exists();
-        let dir = Path::new(KUBEPODS)
-            .join("burstable")
-            .join(format!("pod{uid}"));
+        let cgroot = support::cgroup_v2_root()?;
+        let kubepods = cgroot.join("kubepods");
+        let dir = kubepods.join("burstable").join(format!("pod{uid}"));
         std::fs::create_dir_all(&dir).ok()?;
-        let cgroup = Self { dir, pid, real };
+        let cgroup = Self {
+            dir,
+            kubepods,
+            cgroot,
+            pid,
+        };
         std::fs::write(cgroup.dir.join("cgroup.procs"), pid.to_string()).ok()?;
         Some(cgroup)
-    }
-
-    fn explain(&self) {
-        if !self.real {
-            eprintln!(
-                "pods_host: /sys/fs/cgroup is not a cgroup v2 root here; pod cgroups are plain \
-                 directories whose cgroup.procs the test writes"
-            );
-        }
     }
 }
 
 impl Drop for PodCgroup {
     fn drop(&mut self) {
-        if self.real {
-            let _ = std::fs::write("/sys/fs/cgroup/cgroup.procs", self.pid.to_string());
-        } else {
-            let _ = std::fs::remove_file(self.dir.join("cgroup.procs"));
-        }
+        let _ = std::fs::write(self.cgroot.join("cgroup.procs"), self.pid.to_string());
         let _ = std::fs::remove_dir(&self.dir);
         // The shared parents go with the last pod's cgroup.
-        let _ = std::fs::remove_dir(Path::new(KUBEPODS).join("burstable"));
-        let _ = std::fs::remove_dir(KUBEPODS);
+        let _ = std::fs::remove_dir(self.kubepods.join("burstable"));
+        let _ = std::fs::remove_dir(&self.kubepods);
     }
 }
 
@@ -132,12 +121,11 @@ fn opted_in_pods_of_this_node_are_managed_and_no_others() {
     let Some(_in_cgroup) = PodCgroup::create(in_uid, opted_in.pid) else {
         support::skip(
             TEST,
-            "cannot create cgroup v2 directories under /sys/fs/cgroup",
+            "no writable cgroup v2 hierarchy at /sys/fs/cgroup or /sys/fs/cgroup/unified",
         );
         return;
     };
     let _out_cgroup = PodCgroup::create(out_uid, bystander.pid).expect("second pod cgroup");
-    _in_cgroup.explain();
 
     let answer: Answer = Arc::new(Mutex::new((200, pod_list(&[in_uid]))));
     let requests = Arc::new(Mutex::new(Vec::new()));

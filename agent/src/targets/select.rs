@@ -15,7 +15,26 @@ use serde::{Deserialize, Serialize};
 use super::{ProcStat, Target, TargetError};
 use crate::sysfs::{self, HostRoot, SysfsError};
 
-const CGROUP_ROOT: &str = "sys/fs/cgroup";
+/// Where the cgroup v2 hierarchy is mounted on a unified host, and on a hybrid one (systemd's
+/// v1 controllers in a tmpfs at /sys/fs/cgroup, v2 beside them).
+const CGROUP_V2_MOUNTS: [&str; 2] = ["sys/fs/cgroup", "sys/fs/cgroup/unified"];
+
+/// The root of the cgroup v2 hierarchy, which the paths in the configuration and in
+/// `/proc/PID/cgroup`'s `0::` line are relative to: the first of [`CGROUP_V2_MOUNTS`] with a
+/// `cgroup.controllers` file (only a v2 root has one).
+fn cgroup_v2_root(root: &HostRoot) -> Result<PathBuf, TargetError> {
+    CGROUP_V2_MOUNTS
+        .iter()
+        .map(|mount| root.path(mount))
+        .find(|dir| dir.join("cgroup.controllers").is_file())
+        .ok_or_else(|| TargetError::Selector {
+            path: root.path(CGROUP_V2_MOUNTS[0]),
+            what: "no cgroup v2 hierarchy here or at /sys/fs/cgroup/unified (a cgroup v1 host): \
+                   cgroup and pod targets need it; boot with systemd.unified_cgroup_hierarchy=1, \
+                   or name the targets by pid or process name"
+                .into(),
+        })
+}
 
 /// A shell-style pattern over a process name: `*` any run, `?` one character.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -62,7 +81,8 @@ fn glob(pattern: &[u8], text: &[u8]) -> bool {
 #[serde(rename_all = "snake_case")]
 pub enum Selector {
     Pid(u32),
-    /// A cgroup v2 path relative to the cgroup root (`/sys/fs/cgroup`), e.g.
+    /// A cgroup v2 path relative to the cgroup v2 root (`/sys/fs/cgroup`, or
+    /// `/sys/fs/cgroup/unified` on a hybrid host), e.g.
     /// `system.slice/redis.service`; members of its descendants count too.
     Cgroup(PathBuf),
     /// Matched against the command name (`comm`) and the basename of `argv[0]`.
@@ -171,7 +191,7 @@ fn cgroup_pids(dir: &Path, out: &mut BTreeSet<u32>) -> Result<(), SysfsError> {
 /// `kubepods-<qos>-pod<UID with _ for ->.slice` with the systemd driver
 /// (`kubepods.slice/kubepods-burstable.slice/...`). Guaranteed pods sit directly under kubepods.
 pub fn pod_cgroup(root: &HostRoot, uid: &str) -> Result<PathBuf, TargetError> {
-    let cgroot = root.path(CGROUP_ROOT);
+    let cgroot = cgroup_v2_root(root)?;
     let plain = format!("pod{uid}");
     let systemd = format!("pod{}.slice", uid.replace('-', "_"));
     let matches = |name: &str| name == plain || name.ends_with(&systemd);
@@ -237,7 +257,13 @@ impl Selection {
                     wanted.insert(*pid);
                 }
                 Selector::Cgroup(path) => {
-                    let dir = root.path(CGROUP_ROOT).join(path);
+                    let dir = match cgroup_v2_root(root) {
+                        Ok(cgroot) => cgroot.join(path),
+                        Err(e) => {
+                            problems.push(e);
+                            continue;
+                        }
+                    };
                     if !dir.is_dir() {
                         problems.push(TargetError::Selector {
                             path: dir,
@@ -253,8 +279,10 @@ impl Selection {
                     }
                 }
                 Selector::Pod(uid) => {
-                    let dir = match pod_cgroup(root, uid) {
-                        Ok(relative) => root.path(CGROUP_ROOT).join(relative),
+                    let dir = match pod_cgroup(root, uid)
+                        .and_then(|relative| Ok(cgroup_v2_root(root)?.join(relative)))
+                    {
+                        Ok(dir) => dir,
                         Err(e) => {
                             problems.push(e);
                             continue;
@@ -284,6 +312,7 @@ impl Selection {
             }
         }
         let mut out = BTreeSet::new();
+        let mut unknown_cgroup = Vec::new();
         for pid in wanted {
             if pid == self_pid || self.exclude.pids.contains(&pid) {
                 continue;
@@ -299,7 +328,25 @@ impl Selection {
             {
                 continue;
             }
+            // It may be in an excluded cgroup only we cannot tell (a cgroup v1 host:
+            // /proc/PID/cgroup has no `0::` line): not managed, rather than managed against
+            // the exclusion.
+            if !self.exclude.cgroups.is_empty() && candidate.cgroup.is_none() {
+                unknown_cgroup.push(pid);
+                continue;
+            }
             out.insert(pid);
+        }
+        if let Some(&first) = unknown_cgroup.first() {
+            problems.push(TargetError::Selector {
+                path: root.path(format!("proc/{first}/cgroup")),
+                what: format!(
+                    "no cgroup v2 membership (`0::` line) for {} selected process(es), pid {first} first: \
+                     [targets] exclude_cgroups cannot be checked, so they are not managed; \
+                     exclude them by pid or name on a cgroup v1 host",
+                    unknown_cgroup.len()
+                ),
+            });
         }
         Ok((out, problems))
     }
@@ -426,8 +473,18 @@ mod tests {
     /// A machine with: memtide (10), redis in a service cgroup (20, 21), a pod with two
     /// processes (30, 31), a kworker (40), and a python script (50).
     fn fixture() -> tempfile::TempDir {
+        fixture_with_cgroup_v2_at("sys/fs/cgroup")
+    }
+
+    /// [`fixture`] with the cgroup v2 hierarchy mounted at `mount` (relative to the root).
+    fn fixture_with_cgroup_v2_at(mount: &str) -> tempfile::TempDir {
         let dir = tempfile::tempdir().unwrap();
         let r = dir.path();
+        write(
+            r,
+            &format!("{mount}/cgroup.controllers"),
+            "cpu memory pids\n",
+        );
         process(
             r,
             10,
@@ -486,32 +543,32 @@ mod tests {
         );
         write(
             r,
-            "sys/fs/cgroup/system.slice/redis.service/cgroup.procs",
+            &format!("{mount}/system.slice/redis.service/cgroup.procs"),
             "20\n",
         );
         write(
             r,
-            "sys/fs/cgroup/system.slice/redis.service/worker/cgroup.procs",
+            &format!("{mount}/system.slice/redis.service/worker/cgroup.procs"),
             "21\n",
         );
         write(
             r,
-            "sys/fs/cgroup/system.slice/memtide.service/cgroup.procs",
+            &format!("{mount}/system.slice/memtide.service/cgroup.procs"),
             "10\n",
         );
         write(
             r,
-            &format!("sys/fs/cgroup/{pod}/cri-containerd-1.scope/cgroup.procs"),
+            &format!("{mount}/{pod}/cri-containerd-1.scope/cgroup.procs"),
             "30\n",
         );
         write(
             r,
-            &format!("sys/fs/cgroup/{pod}/cri-containerd-2.scope/cgroup.procs"),
+            &format!("{mount}/{pod}/cri-containerd-2.scope/cgroup.procs"),
             "31\n",
         );
-        write(r, &format!("sys/fs/cgroup/{pod}/cgroup.procs"), "");
+        write(r, &format!("{mount}/{pod}/cgroup.procs"), "");
         // A stale pid in cgroup.procs whose /proc entry is gone: skipped.
-        write(r, "sys/fs/cgroup/user.slice/cgroup.procs", "50\n77\n");
+        write(r, &format!("{mount}/user.slice/cgroup.procs"), "50\n77\n");
         dir
     }
 
@@ -647,6 +704,54 @@ mod tests {
     }
 
     #[test]
+    fn on_a_hybrid_host_cgroups_and_pods_resolve_in_the_unified_hierarchy() {
+        // v1 controllers in /sys/fs/cgroup (a tmpfs, no cgroup.controllers), v2 beside them.
+        let dir = fixture_with_cgroup_v2_at("sys/fs/cgroup/unified");
+        write(
+            dir.path(),
+            "sys/fs/cgroup/memory/system.slice/cgroup.procs",
+            "50\n",
+        );
+        let pids = resolve(
+            &dir,
+            vec![Selector::Cgroup("system.slice/redis.service".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![20, 21]);
+        let pids = resolve(
+            &dir,
+            vec![Selector::Pod("1234-ab-cd".into())],
+            Exclude::default(),
+        );
+        assert_eq!(pids, vec![30, 31]);
+    }
+
+    #[test]
+    fn on_a_cgroup_v1_host_cgroup_and_pod_targets_are_a_clear_problem() {
+        let dir = fixture_with_cgroup_v2_at("sys/fs/cgroup");
+        fs::remove_file(dir.path().join("sys/fs/cgroup/cgroup.controllers")).unwrap();
+        let (pids, problems) = Selection {
+            include: vec![
+                Selector::Cgroup("system.slice/redis.service".into()),
+                Selector::Pod("1234-ab-cd".into()),
+                Selector::Pid(50),
+            ],
+            exclude: Exclude::default(),
+        }
+        .resolve_each(&HostRoot::new(dir.path()), 10)
+        .unwrap();
+        assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![50]);
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        for problem in problems {
+            let text = problem.to_string();
+            assert!(
+                text.contains("no cgroup v2 hierarchy") && text.contains("by pid or process name"),
+                "{text}"
+            );
+        }
+    }
+
+    #[test]
     fn exclude_list() {
         let dir = fixture();
         let all = vec![Selector::Name(NamePattern("*".into()))];
@@ -656,5 +761,44 @@ mod tests {
             cgroups: vec!["system.slice/redis.service/worker".into()],
         };
         assert_eq!(resolve(&dir, all, exclude), vec![20, 30]);
+    }
+
+    #[test]
+    fn without_cgroup_v2_membership_a_cgroup_exclusion_leaves_the_process_unmanaged() {
+        let dir = fixture();
+        // As on a cgroup v1 host: controller lines only, no `0::` line.
+        write(
+            dir.path(),
+            "proc/21/cgroup",
+            "4:memory:/system.slice/redis.service\n1:name=systemd:/system.slice/redis.service\n",
+        );
+        let selection = Selection {
+            include: vec![Selector::Pid(20), Selector::Pid(21)],
+            exclude: Exclude {
+                cgroups: vec!["system.slice/redis.service/worker".into()],
+                ..Exclude::default()
+            },
+        };
+        let (pids, problems) = selection
+            .resolve_each(&HostRoot::new(dir.path()), 10)
+            .unwrap();
+        assert_eq!(pids.into_iter().collect::<Vec<_>>(), vec![20]);
+        let [problem] = problems.as_slice() else {
+            panic!("one problem expected: {problems:?}");
+        };
+        let text = problem.to_string();
+        assert!(
+            text.contains("proc/21/cgroup") && text.contains("exclude_cgroups"),
+            "{text}"
+        );
+        // Without cgroup exclusions the same process is managed.
+        let selection = Selection {
+            exclude: Exclude::default(),
+            ..selection
+        };
+        assert_eq!(
+            resolve(&dir, selection.include, selection.exclude),
+            vec![20, 21]
+        );
     }
 }

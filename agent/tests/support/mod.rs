@@ -36,6 +36,15 @@ pub(crate) fn skip(test: &str, reason: &str) -> bool {
     true
 }
 
+/// The root of the cgroup v2 hierarchy here: /sys/fs/cgroup on a unified host,
+/// /sys/fs/cgroup/unified on a hybrid one (this test machine's layout), None on a cgroup v1 one.
+pub(crate) fn cgroup_v2_root() -> Option<PathBuf> {
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|dir| dir.join("cgroup.controllers").is_file())
+}
+
 /// True (after printing why) when `test` must be skipped because this process is not root.
 pub(crate) fn skip_unless_root(test: &str) -> bool {
     // /proc/self/status carries the effective uid; no libc call needed.
