@@ -68,14 +68,7 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
         cgroups: args
             .cgroups
             .iter()
-            .map(|path| {
-                // Relative to the cgroup v2 root, on a unified or a hybrid host.
-                ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
-                    .iter()
-                    .find_map(|mount| path.strip_prefix(mount).ok())
-                    .unwrap_or(path)
-                    .to_path_buf()
-            })
+            .map(|path| memtide::targets::select::relative_to_cgroup_v2_root(path).to_path_buf())
             .collect(),
         listen: args.listen,
     };

@@ -21,19 +21,34 @@ const CGROUP_V2_MOUNTS: [&str; 2] = ["sys/fs/cgroup", "sys/fs/cgroup/unified"];
 
 /// The root of the cgroup v2 hierarchy, which the paths in the configuration and in
 /// `/proc/PID/cgroup`'s `0::` line are relative to: the first of [`CGROUP_V2_MOUNTS`] with a
-/// `cgroup.controllers` file (only a v2 root has one).
-fn cgroup_v2_root(root: &HostRoot) -> Result<PathBuf, TargetError> {
+/// `cgroup.controllers` file (only a v2 root has one). None on a cgroup v1 host.
+fn cgroup_v2_root(root: &HostRoot) -> Option<PathBuf> {
     CGROUP_V2_MOUNTS
         .iter()
         .map(|mount| root.path(mount))
         .find(|dir| dir.join("cgroup.controllers").is_file())
-        .ok_or_else(|| TargetError::Selector {
-            path: root.path(CGROUP_V2_MOUNTS[0]),
-            what: "no cgroup v2 hierarchy here or at /sys/fs/cgroup/unified (a cgroup v1 host): \
-                   cgroup and pod targets need it; boot with systemd.unified_cgroup_hierarchy=1, \
-                   or name the targets by pid or process name"
-                .into(),
-        })
+}
+
+fn no_cgroup_v2(root: &HostRoot) -> TargetError {
+    TargetError::Selector {
+        path: root.path(CGROUP_V2_MOUNTS[0]),
+        what: "no cgroup v2 hierarchy here or at /sys/fs/cgroup/unified (a cgroup v1 host): \
+               cgroup and pod targets need it; boot with systemd.unified_cgroup_hierarchy=1, \
+               or name the targets by pid or process name"
+            .into(),
+    }
+}
+
+/// `path` relative to the cgroup v2 root when it is absolute under one of
+/// [`CGROUP_V2_MOUNTS`] (the deepest first: /sys/fs/cgroup/unified is under /sys/fs/cgroup),
+/// else unchanged.
+#[must_use]
+pub fn relative_to_cgroup_v2_root(path: &Path) -> &Path {
+    CGROUP_V2_MOUNTS
+        .iter()
+        .rev()
+        .find_map(|mount| path.strip_prefix(Path::new("/").join(mount)).ok())
+        .unwrap_or(path)
 }
 
 /// A shell-style pattern over a process name: `*` any run, `?` one character.
@@ -191,7 +206,13 @@ fn cgroup_pids(dir: &Path, out: &mut BTreeSet<u32>) -> Result<(), SysfsError> {
 /// `kubepods-<qos>-pod<UID with _ for ->.slice` with the systemd driver
 /// (`kubepods.slice/kubepods-burstable.slice/...`). Guaranteed pods sit directly under kubepods.
 pub fn pod_cgroup(root: &HostRoot, uid: &str) -> Result<PathBuf, TargetError> {
-    let cgroot = cgroup_v2_root(root)?;
+    let cgroot = cgroup_v2_root(root).ok_or_else(|| no_cgroup_v2(root))?;
+    let dir = find_pod_cgroup(&cgroot, uid)?;
+    Ok(dir.strip_prefix(&cgroot).unwrap_or(&dir).to_path_buf())
+}
+
+/// [`pod_cgroup`]'s search, under the cgroup v2 root `cgroot`; the directory found.
+fn find_pod_cgroup(cgroot: &Path, uid: &str) -> Result<PathBuf, TargetError> {
     let plain = format!("pod{uid}");
     let systemd = format!("pod{}.slice", uid.replace('-', "_"));
     let matches = |name: &str| name == plain || name.ends_with(&systemd);
@@ -215,7 +236,7 @@ pub fn pod_cgroup(root: &HostRoot, uid: &str) -> Result<PathBuf, TargetError> {
                 continue;
             }
             if matches(&name) {
-                return Ok(child.strip_prefix(&cgroot).unwrap_or(&child).to_path_buf());
+                return Ok(child);
             }
             // kubepods / qos class (burstable, besteffort) / pod: at most one level between.
             if depth < 1 {
@@ -251,51 +272,44 @@ impl Selection {
         let mut wanted = BTreeSet::new();
         let mut by_name = Vec::new();
         let mut problems = Vec::new();
+        // Looked up once per resolution, and only when a selector needs it.
+        let cgroot = self
+            .include
+            .iter()
+            .any(|s| matches!(s, Selector::Cgroup(_) | Selector::Pod(_)))
+            .then(|| cgroup_v2_root(root))
+            .flatten();
         for selector in &self.include {
-            match selector {
+            let cgroot = || cgroot.as_deref().ok_or_else(|| no_cgroup_v2(root));
+            let dir = match selector {
                 Selector::Pid(pid) => {
                     wanted.insert(*pid);
+                    continue;
                 }
-                Selector::Cgroup(path) => {
-                    let dir = match cgroup_v2_root(root) {
-                        Ok(cgroot) => cgroot.join(path),
-                        Err(e) => {
-                            problems.push(e);
-                            continue;
-                        }
-                    };
-                    if !dir.is_dir() {
-                        problems.push(TargetError::Selector {
+                Selector::Name(pattern) => {
+                    by_name.push(pattern);
+                    continue;
+                }
+                Selector::Cgroup(path) => cgroot().and_then(|cgroot| {
+                    let dir = cgroot.join(path);
+                    match dir.is_dir() {
+                        true => Ok(dir),
+                        false => Err(TargetError::Selector {
                             path: dir,
                             what: "no such cgroup".into(),
-                        });
-                        continue;
+                        }),
                     }
-                    if let Err(e) = cgroup_pids(&dir, &mut wanted) {
-                        problems.push(TargetError::Selector {
-                            path: e.path().to_path_buf(),
-                            what: e.to_string(),
-                        });
-                    }
-                }
-                Selector::Pod(uid) => {
-                    let dir = match pod_cgroup(root, uid)
-                        .and_then(|relative| Ok(cgroup_v2_root(root)?.join(relative)))
-                    {
-                        Ok(dir) => dir,
-                        Err(e) => {
-                            problems.push(e);
-                            continue;
-                        }
-                    };
-                    if let Err(e) = cgroup_pids(&dir, &mut wanted) {
-                        problems.push(TargetError::Selector {
-                            path: e.path().to_path_buf(),
-                            what: e.to_string(),
-                        });
-                    }
-                }
-                Selector::Name(pattern) => by_name.push(pattern),
+                }),
+                Selector::Pod(uid) => cgroot().and_then(|cgroot| find_pod_cgroup(cgroot, uid)),
+            };
+            let read = dir.and_then(|dir| {
+                cgroup_pids(&dir, &mut wanted).map_err(|e| TargetError::Selector {
+                    path: e.path().to_path_buf(),
+                    what: e.to_string(),
+                })
+            });
+            if let Err(e) = read {
+                problems.push(e);
             }
         }
         if !by_name.is_empty() {
@@ -724,6 +738,17 @@ mod tests {
             Exclude::default(),
         );
         assert_eq!(pids, vec![30, 31]);
+    }
+
+    #[test]
+    fn absolute_cgroup_paths_become_relative_to_either_v2_root() {
+        let relative = |p: &str| relative_to_cgroup_v2_root(Path::new(p)).to_path_buf();
+        assert_eq!(relative("/sys/fs/cgroup/a.slice/b"), Path::new("a.slice/b"));
+        assert_eq!(
+            relative("/sys/fs/cgroup/unified/a.slice"),
+            Path::new("a.slice")
+        );
+        assert_eq!(relative("a.slice"), Path::new("a.slice"));
     }
 
     #[test]
