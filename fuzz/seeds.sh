@@ -51,7 +51,7 @@ perf = [
 for i, text in enumerate(perf):
     seed("trace_perf", f"layout{i}", text)
 
-# --- native: header + records (the format of agent/src/sim/trace/native.rs) ---------------------
+# --- native: header + records (the format of agent/sim/src/trace/native.rs) ---------------------
 def native(weight, mlp, footprint, records):
     out = b"MTTRACE\0" + struct.pack("<IIIIQ", 1, weight, mlp, 0, footprint)
     for addr, kind in records:
@@ -72,9 +72,9 @@ seed("config", "unknown-key", "[agent]\nobserve = true\nlisten_addr = \"0.0.0.0:
 seed("config", "wrong-type", "[sources]\nring_bytes = \"big\"\n")
 
 # --- /proc/PID/{maps,numa_maps,smaps}: the parsers' test files and this machine's ----------------
-seed("proc_maps", "test", rust_const("agent/src/targets/maps.rs", "MAPS"))
-seed("proc_numa_maps", "test", rust_const("agent/src/targets/numa_maps.rs", "NUMA_MAPS"))
-seed("proc_smaps", "test", rust_const("agent/src/targets/smaps.rs", "SMAPS"))
+seed("proc_maps", "test", rust_const("agent/host/src/targets/maps.rs", "MAPS"))
+seed("proc_numa_maps", "test", rust_const("agent/host/src/targets/numa_maps.rs", "NUMA_MAPS"))
+seed("proc_smaps", "test", rust_const("agent/host/src/targets/smaps.rs", "SMAPS"))
 for name in ["maps", "numa_maps"]:
     text = pathlib.Path(f"/proc/self/{name}").read_text()
     seed(f"proc_{name}", "self", "".join(text.splitlines(True)[:24]))

@@ -16,8 +16,8 @@
 # line to reproduce it is printed. Ends with one summary line per target: executions, final
 # corpus size (committed + discovered), coverage.
 #
-# Build: the agent's build script builds the BPF object with aya-build; the fuzz targets never
-# load it, so it is skipped (AYA_BUILD_SKIP=1). No sanitizer (-s none): the code under test is
+# Build: the targets depend on memtide-core, -host, -sim and -config only, never on the agent,
+# so no BPF tool chain is needed. No sanitizer (-s none): the code under test is
 # safe Rust, where a memory error is already a panic; debug assertions and overflow checks stay
 # on (cargo fuzz's default), so an arithmetic overflow is a crash.
 set -euo pipefail
@@ -38,7 +38,6 @@ if ! cargo fuzz --version >/dev/null 2>&1 || ! rustup run nightly rustc --versio
     exit 1
 fi
 
-export AYA_BUILD_SKIP=1
 unset CARGO_TARGET_DIR
 target_dir=$(realpath -m "${FUZZ_TARGET_DIR:-fuzz/target}")
 triple=$(rustc -vV | sed -n 's/^host: //p')
@@ -119,7 +118,7 @@ for target in "${targets[@]}"; do
         tail -n 40 "$log"
         artifact=$(grep -Eo "fuzz/artifacts/$target/[a-z-]+-[0-9a-f]+" "$log" | tail -n 1 || true)
         if [ -n "$artifact" ]; then
-            echo "reproduce: (cd fuzz && AYA_BUILD_SKIP=1 cargo +nightly fuzz run -s none $target ../$artifact)"
+            echo "reproduce: (cd fuzz && cargo +nightly fuzz run -s none $target ../$artifact)"
             echo "      or: $bin_dir/$target $artifact"
         fi
         echo "-----"

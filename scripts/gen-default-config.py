@@ -33,7 +33,7 @@ SECTIONS = {
 def field_docs():
     """struct name -> (struct doc, {field: doc})"""
     docs = {}
-    for path in (ROOT / "agent" / "src").rglob("*.rs"):
+    for path in sorted((ROOT / "agent").glob("**/src/**/*.rs")):
         text = path.read_text()
         for match in re.finditer(r"((?:\s*///[^\n]*\n)*)(?:\s*#\[[^\n]*\]\n)*\s*pub struct (\w+) \{(.*?)\n\}", text, re.S):
             struct_doc = " ".join(l.strip()[3:].strip() for l in match.group(1).splitlines() if l.strip().startswith("///"))

@@ -9,6 +9,7 @@
 //! Needs root (BPF, perf events). It lives in the agent package, not `benches/`, because it
 //! drives the `memtide-workload` binary. Regenerate: `cargo bench -p memtide --bench
 //! swfault_live` (docs/benchmarks.md).
+use memtide_core::ingest::IngestCounters;
 use std::{
     io::{BufRead as _, BufReader, Write as _},
     process::{Child, ChildStdin, ChildStdout, Command, Stdio},
@@ -19,7 +20,7 @@ use std::{
 use memtide::{
     bpf,
     sources::{
-        ingest::{IngestCounters, RouteCommand, Router, run_sample_ring},
+        ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
         sampler::Sampler,
         swfault,
     },
@@ -135,16 +136,16 @@ fn main() {
     let (control, control_rx) = mpsc::channel(4);
     let (samples_tx, mut samples_rx) = mpsc::channel(1 << 16);
     control
-        .try_send(RouteCommand::Add {
+        .try_send(SampleRoute::Add {
             pid: workload.pid,
-            sender: samples_tx,
+            sender: TargetChannel(samples_tx),
         })
         .expect("route");
 
     let agent_before = cpu_time_of("/proc/self/stat");
     let ingest = runtime.spawn(run_sample_ring(
         sampler.take_ring().expect("ring"),
-        Router::new(512, Arc::clone(&counters)),
+        SampleRouter::new(512, Arc::clone(&counters)),
         control_rx,
     ));
     let consumer = runtime.spawn(async move {

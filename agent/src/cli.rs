@@ -24,9 +24,9 @@ pub(crate) enum Command {
     Probe(ProbeArgs),
     /// Replay a memory-access trace through a placement policy and a tier model (or, with
     /// --suite, run the evaluation suite and write docs/evaluation.md).
-    Sim(memtide::sim::cli::SimArgs),
+    Sim(memtide_sim::cli::SimArgs),
     /// Generate a synthetic workload trace (native format).
-    Gen(memtide::sim::cli::GenArgs),
+    Gen(memtide_sim::cli::GenArgs),
     /// Launch a program with an initial NUMA placement (set_mempolicy, then execve): memtide
     /// does not stay around. `memtide exec --placement bw-aware -- ./server --port 80`
     Exec(ExecArgs),

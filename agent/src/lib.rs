@@ -1,22 +1,16 @@
-//! memtide: a user-space memory-tiering agent.
+//! memtide: a user-space memory-tiering agent, the composition root of its crates.
 //!
-//! The data path, top to bottom: `sources` (eBPF sampling) → `engine` (two-stage hotness) →
-//! `policy` (granularity, epoch, read/write, bandwidth, capacity → `Plan`) → `exec` (move_pages).
-//! `probe` and `topology` describe the machine; `sys` is the only module with `unsafe`.
-#![deny(unsafe_code)]
+//! The data path, top to bottom: `sources` (eBPF sampling, DAMON) → the ingest router and the
+//! per-target engine and planner of `memtide-core` → the executor of `memtide-host`
+//! (move_pages). This crate wires them into the daemon (`daemon`), loads the BPF programs
+//! (`bpf`), exports metrics (`metrics`) and answers `memtide probe` and `memtide record`.
+//! Everything that touches the kernel outside BPF is in `memtide-host`, whose `sys` module is
+//! the only place with `unsafe`.
+#![forbid(unsafe_code)]
 
 pub mod bpf;
-pub mod config;
 pub mod daemon;
-pub mod engine;
-pub mod exec;
+pub mod kube;
 pub mod metrics;
-pub mod policy;
-pub mod probe;
 pub mod record;
-pub mod sim;
 pub mod sources;
-pub mod sys;
-pub mod sysfs;
-pub mod targets;
-pub mod topology;

@@ -6,9 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
-use memtide::{
-    probe::{BpfStatus, Probe, ProbeOptions},
-    sources::damon::OpsProbe,
+use memtide_host::{
+    probe::{BpfStatus, Probe, ProbeOptions, damon::OpsProbe},
     sysfs::HostRoot,
 };
 use tracing_subscriber::EnvFilter;
@@ -57,10 +56,8 @@ fn init_logging_at(verbose: u8, quiet_level: &str, json: bool) {
 /// `memtide run`: the configuration decides the log format, so it is read before logging
 /// starts; errors before that go to stderr plainly.
 fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
-    use memtide::{
-        config::LogFormat,
-        daemon::{self, RunOptions},
-    };
+    use memtide::daemon::{self, RunOptions};
+    use memtide_config::LogFormat;
     let options = RunOptions {
         config: args.config.clone(),
         observe: args.observe,
@@ -68,7 +65,9 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
         cgroups: args
             .cgroups
             .iter()
-            .map(|path| memtide::targets::select::relative_to_cgroup_v2_root(path).to_path_buf())
+            .map(|path| {
+                memtide_host::targets::select::relative_to_cgroup_v2_root(path).to_path_buf()
+            })
             .collect(),
         listen: args.listen,
     };
@@ -104,10 +103,8 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
 
 /// `memtide record`: samples to a native trace file.
 fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
-    use memtide::{
-        record::{RecordOptions, record},
-        sources::SourceKind,
-    };
+    use memtide::record::{RecordOptions, record};
+    use memtide_host::probe::SourceKind;
 
     if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
         bail!(
@@ -205,7 +202,8 @@ fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
 
 /// `memtide check-config`: exit 0 when usable; every problem on stderr otherwise.
 fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
-    use memtide::{config::Config, topology::Topology};
+    use memtide_config::Config;
+    use memtide_host::topology::Topology;
     if args.print_defaults {
         print!("{}", toml::to_string_pretty(&Config::default())?);
         return Ok(());
@@ -214,7 +212,7 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
         bail!("give a FILE to check, or --print-defaults");
     };
     let config = Config::load(path)?;
-    memtide::config::check_permissions(path)?;
+    memtide_config::check_permissions(path)?;
     let topology = Topology::read(&HostRoot::default()).ok();
     let problems = config.problems(topology.as_ref());
     if problems.is_empty() {
@@ -230,8 +228,8 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Probe(args) => probe(&args),
-        Command::Sim(args) => memtide::sim::cli::sim(&args),
-        Command::Gen(args) => memtide::sim::cli::generate(&args),
+        Command::Sim(args) => memtide_sim::cli::sim(&args),
+        Command::Gen(args) => memtide_sim::cli::generate(&args),
         Command::Exec(args) => exec(&args),
         Command::Status(args) => status(&args),
         Command::CheckConfig(args) => check_config(&args),
@@ -244,7 +242,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn exec(args: &ExecArgs) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt as _;
 
-    use memtide::{
+    use memtide_host::{
         exec::launch::{self, Placement},
         topology::tiering::{TierOverride, TieredTopology},
     };

@@ -11,6 +11,8 @@
 //! once the trace is complete. Samples the ring or the queue had to drop are counted and
 //! reported, never silently lost.
 
+use memtide_core::ingest::{IngestCounters, SampleBatch};
+use memtide_host::probe::SourceKind;
 use std::{
     collections::BTreeMap,
     fs::File,
@@ -27,19 +29,19 @@ use tokio::{
     sync::mpsc,
 };
 
-use crate::{
-    sim::trace::{PID_SHIFT, TraceMeta, TraceRecord, native::NativeWriter},
-    sources::{
-        PerfSourceOptions, PerfSpecError, SourceKind,
-        budget::KernelLimits,
-        ingest::{IngestCounters, RouteCommand, Router, SampleBatch, run_sample_ring},
-        perf_spec_for,
-        pmu::PmuScan,
-        sampler::{Sampler, SamplerError},
-    },
+use crate::sources::{
+    PerfSourceOptions, PerfSpecError,
+    budget::KernelLimits,
+    ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
+    perf_spec_for,
+    sampler::{Sampler, SamplerError},
+};
+use memtide_host::{
+    probe::pmu::PmuScan,
     sysfs::{HostRoot, SysfsError},
     targets::{Target, TargetError},
 };
+use memtide_sim::trace::{PID_SHIFT, TraceMeta, TraceRecord, native::NativeWriter};
 
 /// The sources that produce individual accesses, best first.
 pub const RECORDABLE: [SourceKind; 3] = [SourceKind::Pebs, SourceKind::Ibs, SourceKind::SwFault];
@@ -154,10 +156,10 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     let mut writer = TraceFile::create(&partial, &meta).map_err(output)?;
 
     let counters = Arc::new(IngestCounters::default());
-    let mut router = Router::new(1024, Arc::clone(&counters));
+    let mut router = SampleRouter::new(1024, Arc::clone(&counters));
     let (samples_tx, mut samples_rx) = mpsc::channel::<SampleBatch>(QUEUE_BATCHES);
-    router.apply(RouteCommand::SetDefault {
-        sender: Some(samples_tx),
+    router.apply(SampleRoute::SetDefault {
+        sender: Some(TargetChannel(samples_tx)),
     });
     let (control_tx, control_rx) = mpsc::channel(1);
     let ingest = tokio::spawn(run_sample_ring(ring, router, control_rx));
@@ -402,7 +404,7 @@ mod tests {
     use memtide_common::SampleSource;
 
     use super::*;
-    use crate::sim::trace::{RecordSource as _, native::NativeReader};
+    use memtide_sim::trace::{RecordSource as _, native::NativeReader};
 
     fn sample(pid: u32, addr: u64, kind: AccessKind) -> AccessSample {
         AccessSample {
@@ -455,7 +457,7 @@ mod tests {
             file.write(&records).unwrap();
             assert_eq!(file.finish().unwrap(), 2);
             std::fs::rename(&partial, &out).unwrap();
-            let input = crate::sim::trace::open_decompressed(&out).unwrap();
+            let input = memtide_sim::trace::open_decompressed(&out).unwrap();
             let mut reader = NativeReader::new(input).unwrap();
             assert_eq!(reader.meta().record_weight, 4, "{name}");
             let mut back = Vec::new();

@@ -6,15 +6,15 @@ mod support;
 
 use std::{collections::BTreeMap, fs, path::Path};
 
-use memtide::{
-    sources::{
-        PerfSourceOptions, SourceKind,
-        budget::KernelLimits,
-        damon_monitor::DamonMonitorConfig,
-        damon_source::DamonSource,
-        pmu::PmuScan,
-        running::{StartContext, start_first},
-    },
+use memtide::sources::{
+    PerfSourceOptions,
+    budget::KernelLimits,
+    damon_source::DamonSource,
+    running::{StartContext, start_first},
+};
+use memtide_config::DamonMonitorConfig;
+use memtide_host::{
+    probe::{SourceKind, pmu::PmuScan},
     sysfs::HostRoot,
 };
 

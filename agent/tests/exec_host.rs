@@ -5,10 +5,11 @@ mod support;
 
 use std::time::Instant;
 
-use memtide::{
+use memtide_core::units::Direction;
+use memtide_host::{
     exec::{
-        AbortReason, Backend, Direction, ExecConfig, ExecError, Executor, KernelBackend,
-        MoveRequest, thp::SplitOutcome,
+        AbortReason, Backend, ExecConfig, ExecError, Executor, KernelBackend, MoveRequest,
+        thp::SplitOutcome,
     },
     sys::mempolicy::{self, PageStatus, Pid},
     sysfs::HostRoot,

@@ -255,7 +255,7 @@ fn respawn_with_pid(mut child: std::process::Child) -> Option<std::process::Chil
 /// reads and page moves through it are refused, and the impostor is never touched.
 #[test]
 fn a_reused_pid_is_never_mistaken_for_the_target() {
-    use memtide::{
+    use memtide_host::{
         exec::{Backend as _, ExecError, KernelBackend},
         sysfs::HostRoot,
         targets::{Target, TargetError},

@@ -7,20 +7,20 @@
 
 use std::path::Path;
 
-use memtide::{
-    sources::{
-        PerfSourceOptions, PerfSpecError, SourceKind,
-        budget::{Binding, KernelLimits},
-        ibs::{self, IbsOptions},
-        pebs::{self, PebsError, PebsOptions},
-        perf_spec_for,
-        pmu::PmuScan,
-        sampler::{EventSpec, PlannedOpen},
-    },
+use memtide::sources::{
+    PerfSourceOptions, PerfSpecError,
+    budget::{Binding, KernelLimits},
+    ibs::{self, IbsOptions},
+    pebs::{self, PebsError, PebsOptions},
+    perf_spec_for,
+    sampler::{EventSpec, PlannedOpen},
+};
+use memtide_common::{AccessKind, SampleSource};
+use memtide_host::{
+    probe::{SourceKind, pmu::PmuScan},
     sys::perf::PerfAttr,
     sysfs::HostRoot,
 };
-use memtide_common::{AccessKind, SampleSource};
 
 const SAMPLE_TYPE: u64 = 0xc00a;
 

@@ -130,7 +130,7 @@ fn probe_json_on_this_host_agrees_with_sysfs() {
 
     if let Some(online) = read("/sys/devices/system/node/online") {
         let nodes = json["numa_nodes"].as_array().unwrap();
-        let expected = memtide::sysfs::parse_nodelist(&online).unwrap();
+        let expected = memtide_host::sysfs::parse_nodelist(&online).unwrap();
         let got: Vec<u64> = nodes.iter().map(|n| n["id"].as_u64().unwrap()).collect();
         assert_eq!(
             got,

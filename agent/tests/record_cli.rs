@@ -8,7 +8,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide::sim::trace::{RecordSource as _, native::NativeReader, open_decompressed};
+use memtide_sim::trace::{RecordSource as _, native::NativeReader, open_decompressed};
 use support::Workload;
 
 #[test]

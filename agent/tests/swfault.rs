@@ -5,6 +5,7 @@
 //! child that is not a target must be filtered out inside BPF. Runs on the host and in the VM.
 mod support;
 
+use memtide_core::ingest::IngestCounters;
 use std::{
     collections::BTreeSet,
     sync::{Arc, atomic::Ordering},
@@ -12,7 +13,7 @@ use std::{
 };
 
 use memtide::sources::{
-    ingest::{IngestCounters, RouteCommand, Router, run_sample_ring},
+    ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
     sampler::Sampler,
     swfault,
 };
@@ -46,15 +47,15 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         let (control, control_rx) = mpsc::channel(8);
         let (samples_tx, mut samples_rx) = mpsc::channel(4096);
         control
-            .send(RouteCommand::Add {
+            .send(SampleRoute::Add {
                 pid: target.pid,
-                sender: samples_tx,
+                sender: TargetChannel(samples_tx),
             })
             .await
             .expect("route");
         let ingest = tokio::spawn(run_sample_ring(
             ring,
-            Router::new(256, Arc::clone(&counters)),
+            SampleRouter::new(256, Arc::clone(&counters)),
             control_rx,
         ));
 

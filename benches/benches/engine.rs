@@ -5,12 +5,13 @@
 use std::{collections::HashMap, hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
-use memtide::{
+use memtide_core::{
     engine::{
         AccessKind, Engine, EngineConfig, Sample,
         testgen::{Pattern, SplitMix64, TraceGen},
     },
-    policy::{CapacityView, PlacementView, Residency, SUPERPAGE_SIZE, Tier, TierCost},
+    policy::{CapacityView, PlacementView, TierCost},
+    units::{Residency, SUPERPAGE_SIZE, Tier},
 };
 
 const TIB: u64 = 1 << 40;

@@ -6,9 +6,22 @@
 use std::{hint::black_box, sync::Arc, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group, criterion_main};
-use memtide::sources::ingest::{IngestCounters, Router};
 use memtide_common::{AccessKind, AccessSample, SampleSource};
+use memtide_core::ingest::{BatchSink, IngestCounters, Router, SampleBatch, Undelivered};
 use tokio::sync::mpsc;
+
+/// The daemon's sink (`memtide::sources::ingest::TargetChannel`): a bounded tokio channel to the
+/// target's task, `try_send` only. Redefined here so the bench needs no BPF build.
+struct Channel(mpsc::Sender<SampleBatch>);
+
+impl BatchSink for Channel {
+    fn try_deliver(&mut self, batch: SampleBatch) -> Result<(), Undelivered> {
+        self.0.try_send(batch).map_err(|error| match error {
+            mpsc::error::TrySendError::Full(_) => Undelivered::Full,
+            mpsc::error::TrySendError::Closed(_) => Undelivered::Closed,
+        })
+    }
+}
 
 const RECORDS: usize = 1 << 16;
 const TARGETS: u32 = 8;
@@ -76,7 +89,7 @@ fn ingest(c: &mut Criterion) {
                         // Deep enough that a drain pass never fills it: this measures routing,
                         // not the drop path.
                         let (sender, receiver) = mpsc::channel(RECORDS);
-                        router.add_route(1000 + i, sender);
+                        router.add_route(1000 + i, Channel(sender));
                         receiver
                     })
                     .collect();

@@ -7,7 +7,7 @@
 use std::hint::black_box;
 
 use criterion::{Criterion, Throughput, criterion_group};
-use memtide::sim::{
+use memtide_sim::{
     PolicyName,
     model::PresetName,
     run::{Footprint, MemTrace, SimConfig, measure_footprint},

@@ -1,4 +1,4 @@
-//! The configuration parser (`agent/src/config.rs`: `Config::parse`, `Config::problems`).
+//! The configuration parser (`agent/config/src/lib.rs`: `Config::parse`, `Config::problems`).
 //!
 //! Properties: a syntax error points at a line and column that exist in the text and its
 //! message starts with `path:line:column:`; a parsed configuration validates without panicking
@@ -9,10 +9,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::{
-    config::{Config, ConfigError},
-    topology::{Node, Topology},
-};
+use memtide_config::{Config, ConfigError};
+use memtide_host::topology::{Node, Topology};
 
 fn topology() -> Topology {
     let node = |id: u32, cpus: Vec<u32>| Node {

@@ -1,4 +1,4 @@
-//! The `/proc/PID/maps` parser (`agent/src/targets/maps.rs`).
+//! The `/proc/PID/maps` parser (`agent/host/src/targets/maps.rs`).
 //!
 //! Properties: a file parses into one mapping per non-blank line, or fails naming the path and
 //! the offending line; every mapping has `start <= end`; printing a mapping as the kernel does
@@ -8,8 +8,8 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::{sysfs::SysfsError, targets::maps};
 use memtide_fuzz::format_maps_line;
+use memtide_host::{sysfs::SysfsError, targets::maps};
 
 fuzz_target!(|data: &[u8]| {
     let text = String::from_utf8_lossy(data);

@@ -1,4 +1,4 @@
-//! The `/proc/PID/numa_maps` parser (`agent/src/targets/numa_maps.rs`).
+//! The `/proc/PID/numa_maps` parser (`agent/host/src/targets/numa_maps.rs`).
 //!
 //! Properties: one entry per non-blank line or an error naming the path and line; the policy
 //! is one of the kernel's names and its node list is sorted without duplicates; per-node byte
@@ -9,7 +9,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::{sysfs::SysfsError, targets::numa_maps};
+use memtide_host::{sysfs::SysfsError, targets::numa_maps};
 
 const POLICIES: [&str; 7] = [
     "default",

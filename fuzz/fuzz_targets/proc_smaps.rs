@@ -1,4 +1,4 @@
-//! The `/proc/PID/smaps` parser (`agent/src/targets/smaps.rs`).
+//! The `/proc/PID/smaps` parser (`agent/host/src/targets/smaps.rs`).
 //!
 //! Properties: one entry per maps line, or an error naming the path and the offending line;
 //! an entry the VMA flags call migratable is migratable by its maps line too; the huge-page
@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::{
+use memtide_host::{
     sysfs::SysfsError,
     targets::{maps, smaps},
 };

@@ -1,6 +1,6 @@
 //! The ring-buffer record decoders: `AccessSample::from_ne_bytes` and
 //! `DamonRegion::from_ne_bytes` (`common/src/lib.rs`) and the ingest router that decodes the
-//! samples ring and batches samples per process (`agent/src/sources/ingest.rs`).
+//! samples ring and batches samples per process (`agent/core/src/ingest.rs`).
 //!
 //! Input: one byte of settings (batch size, channel depth, a default route or not), then a
 //! sequence of items, each a length byte and that many bytes of record (or what is left). Items
@@ -15,14 +15,50 @@
 #![no_main]
 
 use std::{
-    collections::BTreeMap,
+    cell::RefCell,
+    collections::{BTreeMap, VecDeque},
+    rc::Rc,
     sync::{Arc, atomic::Ordering},
 };
 
 use libfuzzer_sys::fuzz_target;
-use memtide::sources::ingest::{IngestCounters, RouteCommand, Router, SampleBatch};
 use memtide_common::{AccessKind, AccessSample, DamonRegion, SampleSource};
-use tokio::sync::mpsc;
+use memtide_core::ingest::{
+    BatchSink, IngestCounters, RouteCommand, Router, SampleBatch, Undelivered,
+};
+
+/// A bounded queue, as the daemon's channel to a target task is: the router's end delivers,
+/// the test's end receives.
+#[derive(Clone)]
+struct Channel {
+    batches: Rc<RefCell<VecDeque<SampleBatch>>>,
+    depth: usize,
+}
+
+impl BatchSink for Channel {
+    fn try_deliver(&mut self, batch: SampleBatch) -> Result<(), Undelivered> {
+        let mut batches = self.batches.borrow_mut();
+        if batches.len() >= self.depth {
+            return Err(Undelivered::Full);
+        }
+        batches.push_back(batch);
+        Ok(())
+    }
+}
+
+impl Channel {
+    fn try_recv(&self) -> Option<SampleBatch> {
+        self.batches.borrow_mut().pop_front()
+    }
+}
+
+fn channel(depth: usize) -> (Channel, Channel) {
+    let end = Channel {
+        batches: Rc::default(),
+        depth,
+    };
+    (end.clone(), end)
+}
 
 const PIDS: [u32; 4] = [1, 2, 3, 4];
 
@@ -68,14 +104,14 @@ fuzz_target!(|data: &[u8]| {
     let counters = Arc::new(IngestCounters::default());
     let mut router = Router::new(batch_size, Arc::clone(&counters));
     // Every receiver ever created per pid (0: the default route), oldest first.
-    let mut receivers: BTreeMap<u32, Vec<mpsc::Receiver<SampleBatch>>> = BTreeMap::new();
+    let mut receivers: BTreeMap<u32, Vec<Channel>> = BTreeMap::new();
     for pid in PIDS {
-        let (tx, rx) = mpsc::channel(depth);
+        let (tx, rx) = channel(depth);
         router.add_route(pid, tx);
         receivers.entry(pid).or_default().push(rx);
     }
     if with_default {
-        let (tx, rx) = mpsc::channel(depth);
+        let (tx, rx) = channel(depth);
         router.apply(RouteCommand::SetDefault { sender: Some(tx) });
         receivers.entry(0).or_default().push(rx);
     }
@@ -91,7 +127,7 @@ fuzz_target!(|data: &[u8]| {
                 router.apply(RouteCommand::Remove { pid });
                 routed.insert(pid, false);
             } else {
-                let (tx, rx) = mpsc::channel(depth);
+                let (tx, rx) = channel(depth);
                 router.apply(RouteCommand::Add { pid, sender: tx });
                 receivers.entry(pid).or_default().push(rx);
                 routed.insert(pid, true);
@@ -131,7 +167,7 @@ fuzz_target!(|data: &[u8]| {
     for (pid, rxs) in &mut receivers {
         let mut received = Vec::new();
         for rx in rxs {
-            while let Ok(batch) = rx.try_recv() {
+            while let Some(batch) = rx.try_recv() {
                 assert!(
                     !batch.is_empty() && batch.len() <= batch_size,
                     "batch of {}",

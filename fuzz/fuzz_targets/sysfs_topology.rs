@@ -1,7 +1,7 @@
 //! The sysfs/procfs readers behind `memtide probe` and the daemon's tier view:
 //! `Topology::read`, `read_node_attrs`, `classify`, `MmSettings::read`, `HotplugWatch`
-//! (`agent/src/topology/`), the list and number helpers of `agent/src/sysfs.rs`, and
-//! `Probe::collect` (`agent/src/probe.rs`, which adds the PMU and DAMON readers).
+//! (`agent/host/src/topology/`), the list and number helpers of `agent/host/src/sysfs.rs`, and
+//! `Probe::collect` (`agent/host/src/probe/`, which adds the PMU and DAMON readers).
 //!
 //! The input is split at NUL bytes into the files of a small machine tree (node list, two
 //! nodes' cpulist/meminfo/distance/HMAT attributes, two memory tiers, THP/NUMA-balancing/
@@ -20,7 +20,8 @@
 use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::{
+use memtide_fuzz::SysfsTree;
+use memtide_host::{
     probe::{BpfStatus, Probe},
     sysfs::{self, HostRoot, SysfsError},
     topology::{
@@ -28,7 +29,6 @@ use memtide::{
         tiering::{self, HotplugWatch, TierOverride},
     },
 };
-use memtide_fuzz::SysfsTree;
 
 fn check_error(root: &HostRoot, error: &SysfsError) {
     assert!(

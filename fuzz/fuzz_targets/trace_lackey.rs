@@ -1,4 +1,4 @@
-//! The valgrind lackey reader (`agent/src/sim/trace/lackey.rs`) and the format detector.
+//! The valgrind lackey reader (`agent/sim/src/trace/lackey.rs`) and the format detector.
 //!
 //! Properties: the strict reader fails only on a line that exists, with its 1-based number;
 //! the lenient reader never fails, yields what the strict one yielded before its error and
@@ -8,8 +8,8 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtide::sim::trace::{self, AccessKind, RecordSource as _, TraceError, lackey::LackeyReader};
 use memtide_fuzz::{drain, line_count, trace_input};
+use memtide_sim::trace::{self, AccessKind, RecordSource as _, TraceError, lackey::LackeyReader};
 
 fuzz_target!(|data: &[u8]| {
     let _ = trace::detect(&mut *trace_input(data, 1 << 16)).expect("in-memory input");

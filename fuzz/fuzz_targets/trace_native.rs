@@ -1,4 +1,4 @@
-//! The native trace reader (`agent/src/sim/trace/native.rs`).
+//! The native trace reader (`agent/sim/src/trace/native.rs`).
 //!
 //! Properties: reading through a 13-byte buffer in batches of 7 gives exactly what a 64 KiB
 //! buffer in batches of 4096 gives (records straddling buffer boundaries decode the same); a
@@ -9,11 +9,11 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use memtide::sim::trace::{
+use memtide_fuzz::{drain, trace_input};
+use memtide_sim::trace::{
     self, Format, RecordSource as _, TraceMeta,
     native::{MAGIC, NativeReader, NativeWriter},
 };
-use memtide_fuzz::{drain, trace_input};
 
 fn read(
     data: &[u8],

@@ -1,4 +1,4 @@
-//! The `perf script` reader (`agent/src/sim/trace/perf.rs`) and the format detector.
+//! The `perf script` reader (`agent/sim/src/trace/perf.rs`) and the format detector.
 //!
 //! Properties: as for lackey (strict errors name an existing line; the lenient reader never
 //! fails and extends what the strict one read; buffer size changes nothing); every address
@@ -8,8 +8,8 @@
 use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
-use memtide::sim::trace::{self, PID_SHIFT, RecordSource as _, TraceError, perf::PerfReader};
 use memtide_fuzz::{drain, line_count, trace_input};
+use memtide_sim::trace::{self, PID_SHIFT, RecordSource as _, TraceError, perf::PerfReader};
 
 fuzz_target!(|data: &[u8]| {
     let _ = trace::detect(&mut *trace_input(data, 1 << 16)).expect("in-memory input");

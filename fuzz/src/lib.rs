@@ -10,7 +10,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use memtide::sim::trace::{RecordSource, TraceError, TraceRecord};
+use memtide_sim::trace::{RecordSource, TraceError, TraceRecord};
 
 /// An in-memory trace input read through a `BufReader` of `capacity` bytes (a small capacity
 /// makes records and lines straddle buffer boundaries).
@@ -161,8 +161,8 @@ impl Drop for SysfsTree {
 
 /// Formats a mapping the way the kernel's `show_map_vma` does, for the maps round trip.
 #[must_use]
-pub fn format_maps_line(m: &memtide::targets::maps::Mapping) -> String {
-    use memtide::targets::maps::MappingKind;
+pub fn format_maps_line(m: &memtide_host::targets::maps::Mapping) -> String {
+    use memtide_host::targets::maps::MappingKind;
     let p = m.perms;
     let flag = |on: bool, c: char| if on { c } else { '-' };
     let name = match &m.kind {

@@ -37,7 +37,7 @@ use std::{
 };
 
 use clap::Parser;
-use memtide::sys::mempolicy::{self, Mode, NodeMask};
+use memtide_host::sys::mempolicy::{self, Mode, NodeMask};
 
 const PAGE: usize = 4096;
 const HUGE: usize = 2 << 20;
@@ -284,7 +284,7 @@ fn page_set(buffer_pages: usize, words: &[&str]) -> Result<Vec<usize>, String> {
 
 /// Which node each page is on, as `where N0=A N1=B absent=C`.
 fn where_(base: usize, pages: &[usize]) -> Result<String, String> {
-    use memtide::sys::mempolicy::{Pid, query_pages};
+    use memtide_host::sys::mempolicy::{Pid, query_pages};
     let addresses: Vec<usize> = pages.iter().map(|page| base + page * PAGE).collect();
     let mut nodes = std::collections::BTreeMap::new();
     let mut absent = 0usize;
@@ -449,7 +449,7 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
                 let mut faults = 0;
                 for _ in 0..rounds {
                     faults += buffer.touch(0..buffer.len);
-                    memtide::sys::process::discard_pages(buffer.pages_mut())
+                    memtide_host::sys::process::discard_pages(buffer.pages_mut())
                         .map_err(|error| format!("madvise: {error}"))?;
                 }
                 Ok(format!("churned faults={faults}"))
@@ -461,7 +461,7 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
 fn main() -> ExitCode {
     let args = Args::parse();
     if args.no_thp
-        && let Err(error) = memtide::sys::process::disable_thp()
+        && let Err(error) = memtide_host::sys::process::disable_thp()
     {
         eprintln!("memtide-workload: cannot disable THP: {error}");
         return ExitCode::FAILURE;

@@ -23,7 +23,8 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 
 use super::status::AgentStatus;
-use crate::{metrics, sys::process};
+use crate::metrics;
+use memtide_host::sys::process;
 
 /// How long an encoded response is served again. The agent publishes its metrics once a
 /// second and targets at each epoch, so a fresher answer would say nothing new; a burst of

@@ -15,6 +15,8 @@ mod sample_rate;
 pub mod status;
 pub mod target;
 
+use memtide_core::ingest::{IngestCounters, SampleBatch};
+use memtide_host::probe::SourceKind;
 use std::{
     collections::BTreeMap,
     net::SocketAddr,
@@ -39,25 +41,28 @@ use self::{
     target::{ObserveSwitch, TargetHandle, TargetSpec},
 };
 use crate::{
-    config::{self, Config, ConfigError},
-    engine::DamonObservation,
-    exec::{TierNodes, coexist},
+    kube::{KubeError, PodLister},
     metrics::{Metrics, NodeTier, ProgramLabel, SourceLabel, SourceReason},
     sources::{
-        self, PerfSourceOptions, SourceKind,
+        PerfSourceOptions,
         budget::{KernelLimits, SamplingBudget},
-        damon::{DamonStatus, OpsProbe},
         damon_source::run_damon_ring,
-        ingest::{IngestCounters, RouteCommand, Router, SampleBatch, run_sample_ring},
-        pmu::PmuScan,
+        ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
         rate::RateController,
         running::{HotnessSource, StartContext, Stream, start_first},
     },
-    sysfs::{HostRoot, SysfsError},
-    targets::{
-        kube::{KubeError, PodLister},
-        select::{Selection, TargetSet},
+};
+use memtide_config::{Config, ConfigError};
+use memtide_core::engine::DamonObservation;
+use memtide_host::{
+    exec::{TierNodes, coexist},
+    probe::{
+        self,
+        damon::{DamonStatus, OpsProbe},
+        pmu::PmuScan,
     },
+    sysfs::{HostRoot, SysfsError},
+    targets::select::{Selection, TargetSet},
     topology::tiering::{HotplugWatch, TierOverride, TieredTopology},
 };
 
@@ -112,11 +117,11 @@ impl DaemonError {
 pub fn load_config(options: &RunOptions) -> Result<(Config, Option<PathBuf>), ConfigError> {
     let path = match &options.config {
         Some(path) => Some(path.clone()),
-        None => Some(PathBuf::from(config::DEFAULT_PATH)).filter(|p| p.exists()),
+        None => Some(PathBuf::from(memtide_config::DEFAULT_PATH)).filter(|p| p.exists()),
     };
     let mut config = match &path {
         Some(path) => {
-            config::check_permissions(path)?;
+            memtide_config::check_permissions(path)?;
             Config::load(path)?
         }
         None => Config::default(),
@@ -163,7 +168,7 @@ fn candidates(
         });
         // Loading BPF is what starting a source does anyway; a failure there is reported
         // with its reason and the next source is tried.
-        sources::rank(&sources::SourceInputs {
+        probe::rank(&probe::SourceInputs {
             bpf_available: true,
             pmus,
             damon: &damon,
@@ -209,7 +214,7 @@ struct Agent {
     source: Option<Box<dyn HotnessSource>>,
     /// The pids the source was last given.
     source_pids: Vec<u32>,
-    routes: Option<mpsc::Sender<RouteCommand>>,
+    routes: Option<mpsc::Sender<SampleRoute>>,
     ingest_counters: Arc<IngestCounters>,
     /// DAMON regions received (the DAMON source's samples).
     damon_regions: u64,
@@ -295,9 +300,9 @@ impl Agent {
         ) {
             Ok(handle) => {
                 if let Some(routes) = &self.routes {
-                    let _ = routes.try_send(RouteCommand::Add {
+                    let _ = routes.try_send(SampleRoute::Add {
                         pid,
-                        sender: handle.samples.clone(),
+                        sender: TargetChannel(handle.samples.clone()),
                     });
                 }
                 tracing::info!(pid, target = %label, "managing target");
@@ -314,7 +319,7 @@ impl Agent {
     fn remove_target(&mut self, pid: u32) {
         if self.targets.remove(&pid).is_some() {
             if let Some(routes) = &self.routes {
-                let _ = routes.try_send(RouteCommand::Remove { pid });
+                let _ = routes.try_send(SampleRoute::Remove { pid });
             }
             tracing::info!(pid, "target gone");
         }
@@ -390,7 +395,7 @@ impl Agent {
                 let waiting: Vec<u32> = self
                     .target_set
                     .iter()
-                    .map(crate::targets::Target::pid)
+                    .map(memtide_host::targets::Target::pid)
                     .filter(|pid| !self.targets.contains_key(pid))
                     .collect();
                 for pid in waiting {
@@ -525,7 +530,7 @@ impl Agent {
                     .inc_by(delta as f64 / 1e9);
             }
         }
-        if let Ok(topology) = crate::topology::Topology::read(&self.root) {
+        if let Ok(topology) = memtide_host::topology::Topology::read(&self.root) {
             for node in &topology.nodes {
                 let tier = if self.tiered.classes.slow.contains(&node.id) {
                     "slow"
@@ -581,7 +586,7 @@ impl Agent {
             tracing::info!("SIGHUP: no configuration file in use; nothing to reload");
             return;
         };
-        let loaded = config::check_permissions(&path)
+        let loaded = memtide_config::check_permissions(&path)
             .and_then(|()| Config::load(&path))
             .and_then(|config| {
                 config.validate(&path, Some(&self.tiered.topology))?;
@@ -674,7 +679,7 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
         None => tracing::info!(
             "no configuration file at {}; using the defaults",
-            config::DEFAULT_PATH
+            memtide_config::DEFAULT_PATH
         ),
     }
     let tiered = TieredTopology::read(&root, &config.topology)?;
@@ -820,16 +825,16 @@ pub async fn run(options: RunOptions) -> Result<(), DaemonError> {
         .to_owned();
     match source.as_mut().and_then(|s| s.take_stream()) {
         Some(Stream::Samples(ring)) => {
-            let mut router = Router::new(
+            let mut router = SampleRouter::new(
                 agent.config.sources.batch,
                 Arc::clone(&agent.ingest_counters),
             );
             for (pid, handle) in &agent.targets {
-                router.add_route(*pid, handle.samples.clone());
+                router.add_route(*pid, TargetChannel(handle.samples.clone()));
             }
             if observe_all {
-                router.apply(RouteCommand::SetDefault {
-                    sender: Some(default_tx.clone()),
+                router.apply(SampleRoute::SetDefault {
+                    sender: Some(TargetChannel(default_tx.clone())),
                 });
             }
             ingest = Some(tokio::spawn(run_sample_ring(ring, router, routes_rx)));
@@ -1006,9 +1011,9 @@ mod tests {
         let root = HostRoot::new(dir.path());
         let over = TierOverride::default();
         let config = Config {
-            targets: config::TargetsConfig {
+            targets: memtide_config::TargetsConfig {
                 pids: vec![1],
-                ..config::TargetsConfig::default()
+                ..memtide_config::TargetsConfig::default()
             },
             ..Config::default()
         };

@@ -8,13 +8,10 @@ use std::time::Duration;
 
 use tokio::{sync::watch, task::JoinHandle};
 
-use crate::{
-    metrics::Metrics,
-    targets::{
-        kube::{PodLister, PodRef},
-        select::{Selection, Selector},
-    },
-};
+use crate::metrics::Metrics;
+use memtide_host::targets::select::{Selection, Selector};
+
+use crate::kube::{PodLister, PodRef};
 
 type Answer = Option<Result<Vec<PodRef>, String>>;
 

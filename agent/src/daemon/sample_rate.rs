@@ -10,8 +10,8 @@ use crate::{
         rate::{Interval, RateController},
         running::HotnessSource,
     },
-    sys::process,
 };
+use memtide_host::sys::process;
 
 /// One reading of the counters the controller compares across an interval.
 #[derive(Clone, Copy, Debug)]

@@ -15,11 +15,16 @@ use memtide_common::{AccessKind, AccessSample};
 use tokio::sync::mpsc;
 
 use super::status::{AgentStatus, TargetStatus};
-use crate::{
+use crate::metrics::{
+    Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier,
+};
+use memtide_core::{
     engine::{DamonObservation, Engine, EngineConfig, Sample},
+    policy::{CapacityView, PlacementView, Plan},
+    units::{Direction, Residency, SUBPAGES, Tier},
+};
+use memtide_host::{
     exec::{ExecConfig, ExecReport, Executor, KernelBackend, TierNodes, requests_from_plan},
-    metrics::{Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier},
-    policy::{CapacityView, Direction, PlacementView, Plan, Residency, SUBPAGES, Tier},
     sysfs::HostRoot,
     targets::{
         Target, TargetError,
@@ -276,13 +281,13 @@ fn bytes_on(counts: &NodeCounts, nodes: &[u32]) -> u64 {
 /// promotions the executor then refuses, and never plan the demotions that would make room.
 fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32], reserve: u64) -> CapacityView {
     let topology = Topology::read(root).ok();
-    let watermarks = crate::exec::watermark::read_watermarks(root).unwrap_or_default();
+    let watermarks = memtide_host::exec::watermark::read_watermarks(root).unwrap_or_default();
     capacity_from(topology.as_ref(), &watermarks, fast, slow, reserve)
 }
 
 fn capacity_from(
     topology: Option<&Topology>,
-    watermarks: &BTreeMap<u32, crate::exec::watermark::NodeWatermarks>,
+    watermarks: &BTreeMap<u32, memtide_host::exec::watermark::NodeWatermarks>,
     fast: &[u32],
     slow: &[u32],
     reserve: u64,
@@ -307,8 +312,8 @@ fn capacity_from(
         fast_free_bytes: sum(fast, true),
         slow_total_bytes: sum(slow, false),
         slow_free_bytes: sum(slow, true),
-        fast: crate::policy::TierCost::default(),
-        slow: crate::policy::TierCost::default(),
+        fast: memtide_core::policy::TierCost::default(),
+        slow: memtide_core::policy::TierCost::default(),
     }
 }
 
@@ -735,8 +740,8 @@ impl State {
                 _ => "4k",
             };
             let direction = match request.direction {
-                crate::exec::Direction::Promote => "promote",
-                crate::exec::Direction::Demote => "demote",
+                Direction::Promote => "promote",
+                Direction::Demote => "demote",
             };
             #[expect(
                 clippy::cast_possible_truncation,
@@ -982,7 +987,7 @@ mod tests {
     }
 
     fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
-        use crate::sys::mempolicy::PageStatus;
+        use memtide_host::sys::mempolicy::PageStatus;
         let mut placement = TierPlacement::new(vec![0]);
         for (ranges, node) in [(fast, 0), (slow, 1)] {
             for &(start, pages) in ranges {
@@ -1115,7 +1120,7 @@ mod tests {
 
     #[test]
     fn free_memory_counts_above_the_executors_floor_only() {
-        use crate::{exec::watermark::NodeWatermarks, topology::Node};
+        use memtide_host::{exec::watermark::NodeWatermarks, topology::Node};
         let node = |id, free_mib: u64| Node {
             id,
             cpus: Vec::new(),
@@ -1154,7 +1159,7 @@ mod tests {
         let report = ExecReport {
             pages_moved: 7,
             failures: BTreeMap::from([("ebusy", 2)]),
-            aborted: Some(crate::exec::AbortReason::TargetExited),
+            aborted: Some(memtide_host::exec::AbortReason::TargetExited),
             aborted_pages: 5,
             ..ExecReport::default()
         };

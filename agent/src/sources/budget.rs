@@ -26,7 +26,7 @@ use std::fmt;
 
 use serde::Serialize;
 
-use crate::sysfs::{self, HostRoot, SysfsError};
+use memtide_host::sysfs::{self, HostRoot, SysfsError};
 
 /// `kernel.perf_event_max_sample_rate`, relative to the root.
 pub const MAX_SAMPLE_RATE_PATH: &str = "proc/sys/kernel/perf_event_max_sample_rate";

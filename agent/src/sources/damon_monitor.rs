@@ -10,68 +10,14 @@
 //! The tracepoint `damon:damon_aggregated` reports regions by target *index*; this module
 //! keeps the index → pid table ([`DamonMonitor::target_pid`]).
 
+use memtide_config::DamonMonitorConfig;
 use std::path::{Path, PathBuf};
 
 use memtide_common::DamonFieldOffsets;
-use serde::{Deserialize, Serialize};
 
-use super::{
-    damon::ADMIN_DIR,
-    damon_owner::{self, KdamondState, OwnerRecord},
-};
-use crate::sysfs::{self, HostRoot, SysfsError};
-
-/// Monitoring attributes written to the kdamond's context.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct DamonMonitorConfig {
-    /// Sampling interval: how often DAMON checks one page per region for access (µs).
-    /// Default 5000 (5 ms), DAMON's own default.
-    pub sample_us: u64,
-    /// Aggregation interval: regions are reported (tracepoint) once per interval (µs).
-    /// Default 100000 (100 ms); `nr_accesses` then ranges over 0..=aggr_us/sample_us.
-    pub aggr_us: u64,
-    /// How often DAMON re-reads the targets' memory maps (µs). Default 1000000 (1 s).
-    pub update_us: u64,
-    /// Minimum number of regions. DAMON never grows a region past the monitored span divided by
-    /// this, and a process's span runs from its first mapping to its last less the two widest
-    /// gaps: it includes the heap's randomised offset (up to 1 GiB on x86-64) and reserved but
-    /// unused address space. Hot pages are told from cold neighbours only as finely as span ÷
-    /// min_regions; raise it (with max_regions) for sparse hot data, at a CPU cost that grows
-    /// with the number of regions. Default 10.
-    pub min_regions: u32,
-    /// Maximum number of regions per target; bounds DAMON's overhead. Default 1000.
-    pub max_regions: u32,
-    /// Where the agent records the kdamond it started (its own pid and start time, the
-    /// kdamond's thread and targets), so that after a SIGKILL the next agent can tell the
-    /// kdamond left behind from anyone else's and remove it instead of finding DAMON busy. Must
-    /// survive a restart of the agent (systemd: `RuntimeDirectory=memtide` with
-    /// `RuntimeDirectoryPreserve=restart`; Kubernetes: a `hostPath`, as deploy/kubernetes does). Empty: keep no record (a
-    /// killed agent's kdamond then blocks DAMON until removed by hand). Default
-    /// "/run/memtide/kdamond".
-    pub owner_file: PathBuf,
-}
-
-impl Default for DamonMonitorConfig {
-    fn default() -> Self {
-        Self {
-            sample_us: 5_000,
-            aggr_us: 100_000,
-            update_us: 1_000_000,
-            min_regions: 10,
-            max_regions: 1_000,
-            owner_file: PathBuf::from("/run/memtide/kdamond"),
-        }
-    }
-}
-
-impl DamonMonitorConfig {
-    /// The largest `nr_accesses` a region can report: samples per aggregation interval.
-    #[must_use]
-    pub fn max_nr_accesses(&self) -> u32 {
-        u32::try_from(self.aggr_us / self.sample_us.max(1)).unwrap_or(u32::MAX)
-    }
-}
+use super::damon_owner::{self, KdamondState, OwnerRecord};
+use memtide_host::probe::damon::ADMIN_DIR;
+use memtide_host::sysfs::{self, HostRoot, SysfsError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DamonError {

@@ -20,7 +20,7 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use crate::{
+use memtide_host::{
     sysfs::{self, HostRoot},
     targets::ProcStat,
 };

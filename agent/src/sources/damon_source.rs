@@ -6,6 +6,7 @@
 //! Drop order is the reverse: the program is detached before the kdamond is stopped and
 //! removed, so nothing memtide created outlives it.
 
+use memtide_config::DamonMonitorConfig;
 use std::path::PathBuf;
 
 use aya::{
@@ -16,14 +17,9 @@ use aya::{
 use memtide_common::{DamonRegion, names};
 use tokio::sync::{mpsc, watch};
 
-use super::damon_monitor::{
-    DamonError, DamonMonitor, DamonMonitorConfig, damon_aggregated_offsets,
-};
-use crate::{
-    bpf::{self, BpfError},
-    sys::async_fd,
-    sysfs::HostRoot,
-};
+use super::damon_monitor::{DamonError, DamonMonitor, damon_aggregated_offsets};
+use crate::bpf::{self, BpfError};
+use memtide_host::{sys::async_fd, sysfs::HostRoot};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DamonSourceError {

@@ -34,10 +34,12 @@ use memtide_common::{AccessKind, SampleSource};
 
 use super::{
     budget::PeriodRule,
-    pmu::{self, ConfigWord, EncodeError, EventSpec as EventString, Pmu, PmuScan},
     sampler::{EventSpec, SamplerSpec},
 };
-use crate::{
+use memtide_host::probe::pmu::{
+    self, ConfigWord, EncodeError, EventSpec as EventString, Pmu, PmuScan,
+};
+use memtide_host::{
     sys::perf::{self, PerfAttr},
     sysfs::HostRoot,
 };

@@ -1,6 +1,6 @@
 //! Intel PEBS memory sampling: `perf_event_attr`s for the load-latency event (`mem-loads`) and
 //! the precise store event (`mem-stores`) of a core PMU, built from its sysfs `format/` and
-//! `events/` files (see [`super::pmu`]).
+//! `events/` files (see [`memtide_host::probe::pmu`]).
 //!
 //! Per core PMU (`cpu`, or on hybrid parts `cpu_core` and `cpu_atom`):
 //! - `mem-loads` with `ldlat` (the `config1:0-15` format field) = [`PebsOptions::ldlat`]:
@@ -24,10 +24,10 @@ use memtide_common::{AccessKind, SampleSource};
 
 use super::{
     budget::PeriodRule,
-    pmu::{self, EncodeError, Pmu, PmuScan},
     sampler::{EventSpec, SamplerSpec},
 };
-use crate::{
+use memtide_host::probe::pmu::{self, EncodeError, Pmu, PmuScan};
+use memtide_host::{
     sys::perf::{self, PerfAttr},
     sysfs::{self, HostRoot, SysfsError},
 };

@@ -4,19 +4,21 @@
 //! DAMON: it asks [`start_first`] for the best source that actually starts, tells it which
 //! processes to watch, takes its [`Stream`] and reads costs and drops for the metrics.
 
+use memtide_config::DamonMonitorConfig;
+use memtide_host::probe::SourceKind;
 use std::collections::BTreeMap;
 
 use aya::maps::{MapData, RingBuf};
 
 use super::{
-    PerfSourceOptions, SourceKind,
-    damon_monitor::DamonMonitorConfig,
+    PerfSourceOptions,
     damon_source::{DamonSource, DamonSourceError},
     perf_spec_for,
-    pmu::PmuScan,
     sampler::{Sampler, SamplerError},
 };
-use crate::{bpf::ProgramStats, sysfs::HostRoot};
+use crate::bpf::ProgramStats;
+use memtide_host::probe::pmu::PmuScan;
+use memtide_host::sysfs::HostRoot;
 
 /// What a source delivers: per-access samples, or DAMON regions.
 pub enum Stream {

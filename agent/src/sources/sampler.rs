@@ -18,10 +18,8 @@ use aya::{
 };
 use memtide_common::{AccessKind, DropReason, SampleSource, SamplerConfig, names};
 
-use crate::{
-    bpf::{self, BpfError},
-    sys::perf::{self, PerfAttr},
-};
+use crate::bpf::{self, BpfError};
+use memtide_host::sys::perf::{self, PerfAttr};
 
 /// One event to open on every CPU (or on `cpus`), and which program (access kind) samples it.
 #[derive(Clone, Debug, PartialEq, Eq)]

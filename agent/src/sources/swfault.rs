@@ -9,7 +9,7 @@
 use memtide_common::{AccessKind, SampleSource};
 
 use super::sampler::{EventSpec, SamplerSpec};
-use crate::sys::perf::{self, PerfAttr};
+use memtide_host::sys::perf::{self, PerfAttr};
 
 /// The event, sampling one fault in `period`.
 #[must_use]

@@ -6,13 +6,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide::{
-    sources::{
-        damon_monitor::DamonMonitorConfig,
-        damon_source::{DamonSource, run_damon_ring},
-    },
-    sysfs::HostRoot,
-};
+use memtide::sources::damon_source::{DamonSource, run_damon_ring};
+use memtide_config::DamonMonitorConfig;
+use memtide_host::sysfs::HostRoot;
 use tokio::sync::{mpsc, watch};
 
 use crate::support::{self, Workload};

@@ -8,8 +8,9 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide::{
-    exec::{Direction, ExecConfig, ExecReport, Executor, KernelBackend, MoveRequest},
+use memtide_core::units::Direction;
+use memtide_host::{
+    exec::{ExecConfig, ExecReport, Executor, KernelBackend, MoveRequest},
     sysfs::HostRoot,
     targets::{Target, placement},
 };

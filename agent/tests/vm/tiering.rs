@@ -102,7 +102,7 @@ pub(crate) fn share(counts: &BTreeMap<u32, u64>, node: u32, pages: u64) -> f64 {
 
 /// Pages per node of the mapping holding `addr` in /proc/PID/numa_maps.
 pub(crate) fn numa_maps_nodes(pid: u32, addr: u64) -> BTreeMap<u32, u64> {
-    let target = memtide::targets::Target::open(pid).expect("open the workload");
+    let target = memtide_host::targets::Target::open(pid).expect("open the workload");
     let maps = target.numa_maps().expect("numa_maps");
     maps.into_iter()
         .filter(|m| m.start <= addr)
@@ -126,7 +126,7 @@ pub(crate) fn node_meminfo(node: u32, field: &str) -> u64 {
 
 /// The sum of a node's zones' high watermarks, bytes (/proc/zoneinfo).
 pub(crate) fn high_watermark(node: u32) -> u64 {
-    memtide::exec::watermark::read_watermarks(&memtide::sysfs::HostRoot::default())
+    memtide_host::exec::watermark::read_watermarks(&memtide_host::sysfs::HostRoot::default())
         .expect("zoneinfo")
         .get(&node)
         .map_or(0, |w| w.high)

@@ -1,0 +1,627 @@
+//! The agent's configuration: `/etc/memtide/memtide.toml`, every key documented with its
+//! default in `deploy/config/memtide.toml`.
+//!
+//! Parsing is strict (`deny_unknown_fields` everywhere): a misspelt key is an error with its
+//! line and column, never silently ignored. [`Config::validate`] then checks values against
+//! each other and against the machine (a fast node that does not exist, say).
+
+use std::{
+    fmt,
+    net::SocketAddr,
+    path::{Path, PathBuf},
+};
+
+use serde::{Deserialize, Serialize};
+
+use memtide_core::engine::EngineConfig;
+use memtide_host::{
+    exec::{ExecConfig, coexist::CoexistMode},
+    targets::select::{Exclude, NamePattern, Selection, Selector},
+    topology::{Topology, tiering::TierOverride},
+};
+
+pub use self::{
+    kubernetes::KubeConfig,
+    sources::{DamonMonitorConfig, SourcesConfig},
+};
+
+pub mod kubernetes;
+pub mod sources;
+
+/// Where the service looks for its configuration.
+pub const DEFAULT_PATH: &str = "/etc/memtide/memtide.toml";
+
+/// The whole configuration file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    pub agent: AgentConfig,
+    pub targets: TargetsConfig,
+    pub sources: SourcesConfig,
+    /// Which NUMA nodes are fast and which slow. Empty lists: decided from the kernel's memory
+    /// tiers, HMAT, distances and CPU-less nodes (`memtide probe` shows the result).
+    pub topology: TierOverride,
+    /// The migration executor: batching, rate limits (bytes/s, 0 = unlimited), watermark
+    /// reserve, retries, huge-page handling.
+    pub migration: ExecConfig,
+    /// Hotness engine and placement policy (see `agent/core/src/engine` and `agent/core/src/policy`).
+    pub engine: EngineConfig,
+    /// The API server, for `[targets] pod_selector`.
+    pub kubernetes: KubeConfig,
+}
+
+/// `[agent]`: the process itself.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AgentConfig {
+    /// HTTP address for /metrics, /healthz, /readyz and /status. Loopback by default: the
+    /// endpoints describe other processes' memory and are not meant for the network.
+    pub listen: SocketAddr,
+    /// Run everything except migration; report what would have moved.
+    pub observe: bool,
+    /// `human` or `json` log lines on stderr.
+    pub log_format: LogFormat,
+    /// What to do when something else also manages placement (kernel NUMA balancing in
+    /// tiering mode, a kdamond, numad, memtierd): `warn` and carry on, or `refuse` to start.
+    pub on_conflict: CoexistMode,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9477)),
+            observe: false,
+            log_format: LogFormat::Human,
+            on_conflict: CoexistMode::Warn,
+        }
+    }
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    #[default]
+    Human,
+    Json,
+}
+
+/// `[targets]`: which processes memtide manages. With none configured (and none given on the
+/// command line) it observes every process and migrates nothing.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TargetsConfig {
+    /// Process ids.
+    pub pids: Vec<u32>,
+    /// cgroup v2 directories, relative to the cgroup v2 root (/sys/fs/cgroup, or
+    /// /sys/fs/cgroup/unified on a hybrid host; e.g. `system.slice/db.service`);
+    /// their member processes (and those of child cgroups) are followed as they come and go.
+    pub cgroups: Vec<PathBuf>,
+    /// Process name patterns (`comm` or the basename of argv[0]; `*` and `?` wildcards).
+    pub names: Vec<String>,
+    /// Kubernetes pod UIDs, resolved to their cgroups under `kubepods`.
+    pub pods: Vec<String>,
+    /// Kubernetes label selector (e.g. `memtide.io/tiering=enabled`): the pods of this node
+    /// that match it are targets, listed from the API server (see `[kubernetes]`) and followed
+    /// as they come and go. `MEMTIDE_POD_SELECTOR` wins. Empty: off.
+    pub pod_selector: String,
+    /// Never managed, whatever the above say.
+    pub exclude_pids: Vec<u32>,
+    pub exclude_names: Vec<String>,
+    /// cgroup v2 directories, as in `cgroups`. A process whose cgroup v2 membership cannot be
+    /// read (a cgroup v1 host) is not managed while this list is not empty.
+    pub exclude_cgroups: Vec<PathBuf>,
+    /// Upper bound on processes managed (or observed) at once; further ones are skipped and
+    /// counted, which bounds the agent's memory.
+    pub max_targets: usize,
+}
+
+impl Default for TargetsConfig {
+    fn default() -> Self {
+        Self {
+            pids: Vec::new(),
+            cgroups: Vec::new(),
+            names: Vec::new(),
+            pods: Vec::new(),
+            pod_selector: String::new(),
+            exclude_pids: Vec::new(),
+            exclude_names: Vec::new(),
+            exclude_cgroups: Vec::new(),
+            max_targets: 64,
+        }
+    }
+}
+
+impl Config {
+    /// The DaemonSet's environment: `MEMTIDE_POD_SELECTOR` and `MEMTIDE_NODE_NAME`, when set
+    /// and not empty, win over `[targets] pod_selector` and `[kubernetes] node_name`.
+    pub fn apply_kubernetes_env(&mut self, env: impl Fn(&str) -> Option<String>) {
+        if let Some(selector) = env("MEMTIDE_POD_SELECTOR").filter(|s| !s.trim().is_empty()) {
+            self.targets.pod_selector = selector.trim().to_owned();
+        }
+        if let Some(node) = env("MEMTIDE_NODE_NAME").filter(|s| !s.trim().is_empty()) {
+            self.kubernetes.node_name = node.trim().to_owned();
+        }
+    }
+}
+
+impl TargetsConfig {
+    /// Whether any target is configured.
+    #[must_use]
+    pub fn is_empty(&self) -> bool {
+        self.pids.is_empty()
+            && self.cgroups.is_empty()
+            && self.names.is_empty()
+            && self.pods.is_empty()
+            && self.pod_selector.is_empty()
+    }
+
+    /// The selection these keys describe.
+    #[must_use]
+    pub fn selection(&self) -> Selection {
+        let include = self
+            .pids
+            .iter()
+            .map(|&pid| Selector::Pid(pid))
+            .chain(self.cgroups.iter().cloned().map(Selector::Cgroup))
+            .chain(
+                self.names
+                    .iter()
+                    .cloned()
+                    .map(|name| Selector::Name(NamePattern(name))),
+            )
+            .chain(self.pods.iter().cloned().map(Selector::Pod))
+            .collect();
+        Selection {
+            include,
+            exclude: Exclude {
+                pids: self.exclude_pids.clone(),
+                names: self
+                    .exclude_names
+                    .iter()
+                    .cloned()
+                    .map(NamePattern)
+                    .collect(),
+                cgroups: self.exclude_cgroups.clone(),
+            },
+        }
+    }
+}
+
+/// A configuration that cannot be used, with where and how to fix it.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{}:{line}:{column}: {message}\n  hint: {hint}", path.display())]
+    Syntax {
+        path: PathBuf,
+        line: usize,
+        column: usize,
+        message: String,
+        hint: String,
+    },
+    #[error("{}: {key}: {message}", path.display())]
+    Invalid {
+        path: PathBuf,
+        key: String,
+        message: String,
+    },
+}
+
+impl ConfigError {
+    /// The key (dotted path) an invalid value sits at, when known.
+    #[must_use]
+    pub fn key(&self) -> Option<&str> {
+        match self {
+            Self::Invalid { key, .. } => Some(key),
+            _ => None,
+        }
+    }
+}
+
+/// One value problem found by [`Config::validate`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.key, self.message)
+    }
+}
+
+fn line_column(text: &str, offset: usize) -> (usize, usize) {
+    let before = &text[..offset.min(text.len())];
+    let line = before.matches('\n').count() + 1;
+    let column = before
+        .rfind('\n')
+        .map_or(before.len(), |nl| before.len() - nl - 1)
+        + 1;
+    (line, column)
+}
+
+/// The dotted key (`section.key`) whose value sits at `offset`, for messages about values;
+/// `None` when the offset points at a key itself (the message names it already).
+fn key_at(text: &str, offset: usize) -> Option<String> {
+    let before = text.get(..offset)?;
+    let line_start = before.rfind('\n').map_or(0, |nl| nl + 1);
+    let line = text[line_start..].lines().next()?;
+    let (key, _) = line.split_once('=')?;
+    let key_column = line.len() - line.trim_start().len();
+    if offset - line_start <= key_column {
+        return None;
+    }
+    let section = before[..line_start]
+        .lines()
+        .rev()
+        .find_map(|l| l.trim().strip_prefix('[').and_then(|l| l.strip_suffix(']')))
+        .map(|s| s.trim_matches(|c| c == '[' || c == ']').to_owned());
+    Some(match section {
+        Some(section) => format!("{section}.{}", key.trim()),
+        None => key.trim().to_owned(),
+    })
+}
+
+fn hint_for(message: &str) -> String {
+    if message.contains("unknown field") {
+        "check the spelling against deploy/config/memtide.toml, which lists every key with its \
+         default"
+            .to_owned()
+    } else if message.contains("invalid type") {
+        "the value has the wrong type; deploy/config/memtide.toml shows each key's type".to_owned()
+    } else if message.contains("unknown variant") {
+        "use one of the values listed in the message".to_owned()
+    } else {
+        "see deploy/config/memtide.toml for the format".to_owned()
+    }
+}
+
+impl Config {
+    /// Parses `text` (read from `path`, used in messages).
+    pub fn parse(path: &Path, text: &str) -> Result<Self, ConfigError> {
+        toml::from_str(text).map_err(|error| {
+            let (line, column) = error
+                .span()
+                .map_or((1, 1), |span| line_column(text, span.start));
+            let mut message = error.message().trim().to_owned();
+            if let Some(key) = error.span().and_then(|span| key_at(text, span.start)) {
+                message = format!("key `{key}`: {message}");
+            }
+            ConfigError::Syntax {
+                path: path.to_path_buf(),
+                line,
+                column,
+                hint: hint_for(&message),
+                message,
+            }
+        })
+    }
+
+    /// Reads and parses `path`.
+    pub fn load(path: &Path) -> Result<Self, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        Self::parse(path, &text)
+    }
+
+    /// Checks values that parse but cannot work, against each other and, when given, the
+    /// machine's topology. Returns every problem, not just the first.
+    #[must_use]
+    pub fn problems(&self, topology: Option<&Topology>) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let mut problem = |key: &str, message: String| {
+            problems.push(Problem {
+                key: key.to_owned(),
+                message,
+            });
+        };
+        if let Err(error) = self.engine.validate() {
+            problem("engine", error.to_string());
+        }
+        let ring = self.sources.ring_bytes;
+        if ring < 4096 || !ring.is_power_of_two() {
+            problem(
+                "sources.ring_bytes",
+                format!("{ring} must be a power of two of at least 4096"),
+            );
+        }
+        if !(self.sources.cpu_budget_percent > 0.0 && self.sources.cpu_budget_percent <= 100.0) {
+            problem(
+                "sources.cpu_budget_percent",
+                format!("{} must be in (0, 100]", self.sources.cpu_budget_percent),
+            );
+        }
+        if self.sources.batch == 0 || self.sources.queue_batches == 0 {
+            problem(
+                "sources.batch",
+                "batch and queue_batches must be at least 1".to_owned(),
+            );
+        }
+        let damon = &self.sources.damon;
+        if damon.sample_us == 0 || damon.aggr_us < damon.sample_us {
+            problem(
+                "sources.damon.aggr_us",
+                format!(
+                    "aggregation interval {} µs must be at least the sampling interval {} µs (> 0)",
+                    damon.aggr_us, damon.sample_us
+                ),
+            );
+        }
+        if !damon.owner_file.as_os_str().is_empty() && !damon.owner_file.is_absolute() {
+            problem(
+                "sources.damon.owner_file",
+                format!(
+                    "{} is not an absolute path; give one (default /run/memtide/kdamond) or \"\" to keep no record",
+                    damon.owner_file.display()
+                ),
+            );
+        }
+        if damon.min_regions < 3 || damon.min_regions > damon.max_regions {
+            problem(
+                "sources.damon.min_regions",
+                format!(
+                    "need 3 <= min_regions ({}) <= max_regions ({})",
+                    damon.min_regions, damon.max_regions
+                ),
+            );
+        }
+        if self.migration.batch_pages == 0 {
+            problem("migration.batch_pages", "must be at least 1".to_owned());
+        }
+        if self.targets.max_targets == 0 {
+            problem("targets.max_targets", "must be at least 1".to_owned());
+        }
+        if self.kubernetes.poll_seconds == 0 {
+            problem("kubernetes.poll_seconds", "must be at least 1".to_owned());
+        }
+        for cgroup in &self.targets.cgroups {
+            if cgroup
+                .components()
+                .any(|part| part == std::path::Component::ParentDir)
+            {
+                problem(
+                    "targets.cgroups",
+                    format!(
+                        "{} must stay under /sys/fs/cgroup (no \"..\")",
+                        cgroup.display()
+                    ),
+                );
+            }
+        }
+        let both: Vec<u32> = self
+            .topology
+            .fast_nodes
+            .iter()
+            .filter(|node| self.topology.slow_nodes.contains(node))
+            .copied()
+            .collect();
+        if !both.is_empty() {
+            problem(
+                "topology.fast_nodes",
+                format!("nodes {both:?} are listed as both fast and slow"),
+            );
+        }
+        if let Some(topology) = topology {
+            for (key, nodes) in [
+                ("topology.fast_nodes", &self.topology.fast_nodes),
+                ("topology.slow_nodes", &self.topology.slow_nodes),
+            ] {
+                for node in nodes {
+                    if topology.node(*node).is_none() {
+                        let known: Vec<u32> = topology.nodes.iter().map(|n| n.id).collect();
+                        problem(
+                            key,
+                            format!(
+                                "node {node} does not exist on this machine (nodes: {known:?})"
+                            ),
+                        );
+                    }
+                }
+            }
+        }
+        problems
+    }
+
+    /// [`Config::problems`] as one error naming the first bad key (all of them in the text).
+    pub fn validate(&self, path: &Path, topology: Option<&Topology>) -> Result<(), ConfigError> {
+        let problems = self.problems(topology);
+        let Some(first) = problems.first() else {
+            return Ok(());
+        };
+        let message = problems
+            .iter()
+            .skip(1)
+            .fold(first.message.clone(), |text, more| {
+                format!("{text}; also {more}")
+            });
+        Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: first.key.clone(),
+            message,
+        })
+    }
+}
+
+/// Refuses a configuration file anyone may write: it decides which processes' memory an
+/// agent with CAP_SYS_NICE rewrites.
+pub fn check_permissions(path: &Path) -> Result<(), ConfigError> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let metadata = std::fs::metadata(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    if metadata.permissions().mode() & 0o002 != 0 {
+        return Err(ConfigError::Invalid {
+            path: path.to_path_buf(),
+            key: "(file mode)".to_owned(),
+            message: "the file is world-writable; fix with: chmod o-w".to_owned(),
+        });
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use memtide_host::probe::SourceKind;
+
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(Path::new("test.toml"), text)
+    }
+
+    #[test]
+    fn the_daemonset_environment_sets_pod_opt_in() {
+        let mut config = parse("[targets]\npod_selector = \"team=db\"\n").unwrap();
+        assert!(!config.targets.is_empty(), "a pod selector is a target");
+        config.apply_kubernetes_env(|_| Some(String::new()));
+        assert_eq!(
+            config.targets.pod_selector, "team=db",
+            "empty values change nothing"
+        );
+        config.apply_kubernetes_env(|name| match name {
+            "MEMTIDE_POD_SELECTOR" => Some("memtide.io/tiering=enabled".to_owned()),
+            "MEMTIDE_NODE_NAME" => Some("node-7\n".to_owned()),
+            _ => None,
+        });
+        assert_eq!(config.targets.pod_selector, "memtide.io/tiering=enabled");
+        assert_eq!(config.kubernetes.node_name, "node-7");
+        assert!(
+            parse("[kubernetes]\npoll_seconds = 0\n")
+                .unwrap()
+                .problems(None)[0]
+                .to_string()
+                .contains("kubernetes.poll_seconds")
+        );
+    }
+
+    #[test]
+    fn empty_file_is_the_default_configuration() {
+        assert_eq!(parse("").unwrap(), Config::default());
+        let config = Config::default();
+        assert_eq!(config.agent.listen.to_string(), "127.0.0.1:9477");
+        assert!(!config.agent.observe);
+        assert!(config.targets.is_empty());
+    }
+
+    #[test]
+    fn the_shipped_default_config_parses_and_equals_the_defaults() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/config/memtide.toml");
+        let config = Config::load(&path).expect("deploy/config/memtide.toml parses");
+        assert_eq!(
+            config,
+            Config::default(),
+            "the commented defaults drifted from the code"
+        );
+    }
+
+    #[test]
+    fn unknown_key_names_line_column_and_key() {
+        let error = parse("[agent]\nobserve = true\nlisten_addr = \"0.0.0.0:1\"\n").unwrap_err();
+        let text = error.to_string();
+        assert!(text.starts_with("test.toml:3:1:"), "{text}");
+        assert!(text.contains("listen_addr"), "{text}");
+        assert!(text.contains("hint:"), "{text}");
+    }
+
+    #[test]
+    fn wrong_type_names_the_key() {
+        let error = parse("[sources]\nring_bytes = \"big\"\n").unwrap_err();
+        let text = error.to_string();
+        assert!(text.contains("test.toml:2:"), "{text}");
+        assert!(
+            text.contains("key `sources.ring_bytes`: invalid type"),
+            "{text}"
+        );
+        let error = parse("[engine.policy.epoch]\nmin_ms = -1\n").unwrap_err();
+        assert!(
+            error.to_string().contains("`engine.policy.epoch.min_ms`"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn nested_engine_keys_are_strict_too() {
+        let error = parse("[engine]\ninterval_msec = 5\n").unwrap_err();
+        assert!(error.to_string().contains("interval_msec"), "{error}");
+    }
+
+    #[test]
+    fn impossible_values_are_reported_by_key() {
+        let mut config =
+            parse("[sources]\nring_bytes = 1000\n[topology]\nfast_nodes = [7]\n").unwrap();
+        // This machine's shape: one node, 0.
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/machines/vm-single-node");
+        let topology = Topology::read(&memtide_host::sysfs::HostRoot::new(fixture)).unwrap();
+        let problems = config.problems(Some(&topology));
+        let keys: Vec<&str> = problems.iter().map(|p| p.key.as_str()).collect();
+        assert_eq!(
+            keys,
+            ["sources.ring_bytes", "topology.fast_nodes"],
+            "{problems:?}"
+        );
+        assert!(problems[1].message.contains("node 7 does not exist"));
+        let error = config
+            .validate(Path::new("x.toml"), Some(&topology))
+            .unwrap_err();
+        assert_eq!(error.key(), Some("sources.ring_bytes"));
+        config.sources.ring_bytes = 1 << 20;
+        config.topology.fast_nodes = vec![0];
+        assert!(
+            config
+                .validate(Path::new("x.toml"), Some(&topology))
+                .is_ok()
+        );
+    }
+
+    #[test]
+    fn the_kdamond_record_needs_an_absolute_path_or_none() {
+        let problems = parse("[sources.damon]\nowner_file = \"run/kdamond\"\n")
+            .unwrap()
+            .problems(None);
+        assert_eq!(problems[0].key, "sources.damon.owner_file", "{problems:?}");
+        for ok in ["", "/var/lib/memtide/kdamond"] {
+            let config = parse(&format!("[sources.damon]\nowner_file = \"{ok}\"\n")).unwrap();
+            assert!(config.problems(None).is_empty(), "{ok:?}");
+        }
+    }
+
+    #[test]
+    fn engine_validation_is_included() {
+        let config = parse("[engine]\ninterval_ms = 0\n").unwrap();
+        let problems = config.problems(None);
+        assert_eq!(problems[0].key, "engine", "{problems:?}");
+    }
+
+    #[test]
+    fn world_writable_config_is_refused() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("memtide.toml");
+        std::fs::write(&path, "").unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o666)).unwrap();
+        let error = check_permissions(&path).unwrap_err();
+        assert!(error.to_string().contains("world-writable"), "{error}");
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+        assert!(check_permissions(&path).is_ok());
+    }
+
+    #[test]
+    fn sources_order_uses_probe_names() {
+        let config = parse("[sources]\norder = [\"damon\", \"swfault\"]\n").unwrap();
+        assert_eq!(
+            config.sources.order,
+            [SourceKind::Damon, SourceKind::SwFault]
+        );
+        assert!(parse("[sources]\norder = [\"pmu\"]\n").is_err());
+    }
+}

@@ -1,0 +1,261 @@
+//! Stage 2 of Rainbow's two-stage counting: per-4 KiB counters for the top-N superpages only.
+//!
+//! Rainbow keeps one 2-byte counter per subpage (15-bit value + overflow flag; overflow means
+//! "definitely hot"). We keep two, reads and writes, because Eq. (1) prices them differently and
+//! Memos classifies by their ratio: 2 KiB per monitored superpage instead of 1 KiB. Counters
+//! accumulate over a migration epoch (the plan reads them as the epoch's C_r and C_w) and are
+//! cooled when the plan has used them.
+
+use crate::units::SUBPAGES;
+
+/// Value bits of a stage-2 counter.
+pub const VALUE_MASK: u16 = 0x7FFF;
+/// Set once a counter has overflowed its 15 bits.
+pub const OVERFLOW: u16 = 0x8000;
+const FREE: u64 = u64::MAX;
+
+/// Adds `w` to a 15-bit counter, latching the overflow flag instead of wrapping.
+pub fn bump(c: &mut u16, w: u32) {
+    if *c & OVERFLOW != 0 {
+        return;
+    }
+    let v = u32::from(*c) + w;
+    *c = if v > u32::from(VALUE_MASK) {
+        OVERFLOW | VALUE_MASK
+    } else {
+        v as u16
+    };
+}
+
+/// Count a counter stands for; an overflowed one reads as just above the 15-bit maximum.
+pub fn value(c: u16) -> u32 {
+    if c & OVERFLOW != 0 {
+        u32::from(VALUE_MASK) + 1
+    } else {
+        u32::from(c)
+    }
+}
+
+/// Cools a counter by `shift` bits; overflow is cleared (the count it stood for is cooled too).
+pub fn cool(c: u16, shift: u32) -> u16 {
+    (c & VALUE_MASK).checked_shr(shift).unwrap_or(0)
+}
+
+/// The stage-2 table: slot-indexed counters of the monitored superpages.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Stage2 {
+    sps: Vec<u64>,
+    /// Per slot: 512 read counters then 512 write counters.
+    counters: Vec<u16>,
+    free: Vec<u32>,
+    /// Per slot, this epoch's samples: pages seen at least once, at least twice, and the count.
+    epoch_seen: Vec<EpochSeen>,
+}
+
+#[derive(Clone, Copy, Debug, Default)]
+struct EpochSeen {
+    once: [u64; 8],
+    twice: [u64; 8],
+    samples: u32,
+}
+
+/// Below this many samples in an epoch a superpage's coverage is not estimated.
+const MIN_COVERAGE_SAMPLES: u32 = 16;
+/// Below this sample coverage the unseen pages are not extrapolated: nearly every sample hit a
+/// new page, which is what scattered stray accesses look like as much as dense data.
+const MIN_COVERAGE: f64 = 0.3;
+
+impl Stage2 {
+    /// A zeroed slot for superpage `sp`.
+    pub(crate) fn allocate(&mut self, sp: u64) -> u32 {
+        if let Some(slot) = self.free.pop() {
+            self.sps[slot as usize] = sp;
+            self.slot_mut(slot).fill(0);
+            self.epoch_seen[slot as usize] = EpochSeen::default();
+            slot
+        } else {
+            self.sps.push(sp);
+            self.counters.resize(self.counters.len() + 2 * SUBPAGES, 0);
+            self.epoch_seen.push(EpochSeen::default());
+            (self.sps.len() - 1) as u32
+        }
+    }
+
+    pub(crate) fn release(&mut self, slot: u32) {
+        self.sps[slot as usize] = FREE;
+        self.free.push(slot);
+    }
+
+    fn slot_mut(&mut self, slot: u32) -> &mut [u16] {
+        let base = slot as usize * 2 * SUBPAGES;
+        &mut self.counters[base..base + 2 * SUBPAGES]
+    }
+
+    pub(crate) fn add(&mut self, slot: u32, page: usize, write: bool, w: u32) {
+        let i = slot as usize * 2 * SUBPAGES + usize::from(write) * SUBPAGES + page;
+        bump(&mut self.counters[i], w);
+    }
+
+    /// (reads, writes) counters of a slot.
+    /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate.
+    pub(crate) fn note_sample(&mut self, slot: u32, page: usize) {
+        let e = &mut self.epoch_seen[slot as usize];
+        let (word, bit) = (page / 64, 1u64 << (page % 64));
+        if e.once[word] & bit != 0 {
+            e.twice[word] |= bit;
+        } else {
+            e.once[word] |= bit;
+        }
+        e.samples = e.samples.saturating_add(1);
+    }
+
+    /// How many pages a superpage's accessed pages stand for, given that sampling missed some:
+    /// `1 / C` with Good–Turing's sample coverage `C = 1 − f1 / n` (`f1` pages seen exactly
+    /// once this epoch, `n` samples). Dense data sampled thinly (every page seen about once)
+    /// has low coverage and scales up; a few hot pages seen many times have coverage near 1.
+    /// 1.0 when the epoch had too few samples, or too low a coverage, to tell.
+    pub(crate) fn density_scale(&self, slot: u32) -> f64 {
+        let e = &self.epoch_seen[slot as usize];
+        if e.samples < MIN_COVERAGE_SAMPLES {
+            return 1.0;
+        }
+        let f1: u32 = e
+            .once
+            .iter()
+            .zip(&e.twice)
+            .map(|(o, t)| (o & !t).count_ones())
+            .sum();
+        let coverage = 1.0 - f64::from(f1) / f64::from(e.samples);
+        if coverage < MIN_COVERAGE {
+            1.0
+        } else {
+            1.0 / coverage
+        }
+    }
+
+    pub(crate) fn counters(&self, slot: u32) -> (&[u16], &[u16]) {
+        let base = slot as usize * 2 * SUBPAGES;
+        self.counters[base..base + 2 * SUBPAGES].split_at(SUBPAGES)
+    }
+
+    /// Live (slot, superpage number) pairs in ascending superpage order.
+    pub(crate) fn live_sorted(&self) -> Vec<(u32, u64)> {
+        let mut v: Vec<(u32, u64)> = self
+            .sps
+            .iter()
+            .enumerate()
+            .filter(|(_, sp)| **sp != FREE)
+            .map(|(i, sp)| (i as u32, *sp))
+            .collect();
+        v.sort_unstable_by_key(|(_, sp)| *sp);
+        v
+    }
+
+    pub(crate) fn live(&self) -> usize {
+        self.sps.len() - self.free.len()
+    }
+
+    pub(crate) fn cool_all(&mut self, shift: u32) {
+        for c in &mut self.counters {
+            *c = cool(*c, shift);
+        }
+        self.epoch_seen.fill(EpochSeen::default());
+    }
+
+    pub(crate) fn memory_bytes(&self) -> usize {
+        self.sps.capacity() * size_of::<u64>()
+            + self.counters.capacity() * size_of::<u16>()
+            + self.free.capacity() * size_of::<u32>()
+            + self.epoch_seen.capacity() * size_of::<EpochSeen>()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn thin_samples_of_dense_data_scale_up_and_repeated_hot_pages_do_not() {
+        let mut s = Stage2::default();
+        let dense = s.allocate(1);
+        // 128 samples, one on each of 128 pages of which 64 got a second one: f1 = 64 of
+        // n = 192, coverage 2/3, so each observed page stands for 1.5.
+        for p in 0..128 {
+            s.note_sample(dense, p * 4);
+        }
+        for p in 0..64 {
+            s.note_sample(dense, p * 4);
+        }
+        assert!((s.density_scale(dense) - 1.5).abs() < 1e-9);
+        // Eight hot pages seen 20 times each: coverage 1, no extrapolation.
+        let hot = s.allocate(2);
+        for _ in 0..20 {
+            for p in 0..8 {
+                s.note_sample(hot, p);
+            }
+        }
+        assert_eq!(s.density_scale(hot), 1.0);
+        // Every sample on a new page (uniform stray accesses): coverage 0, not extrapolated.
+        let stray = s.allocate(3);
+        for p in 0..100 {
+            s.note_sample(stray, p);
+        }
+        assert_eq!(s.density_scale(stray), 1.0);
+        // Too few samples to tell; and an epoch boundary forgets everything.
+        let few = s.allocate(4);
+        s.note_sample(few, 0);
+        assert_eq!(s.density_scale(few), 1.0);
+        s.cool_all(1);
+        assert_eq!(s.density_scale(dense), 1.0);
+    }
+
+    #[test]
+    fn fifteen_bits_then_overflow_latches() {
+        let mut c = 0u16;
+        bump(&mut c, 0x7FFE);
+        assert_eq!(value(c), 0x7FFE);
+        bump(&mut c, 1);
+        assert_eq!((c, value(c)), (0x7FFF, 0x7FFF));
+        bump(&mut c, 1);
+        assert_eq!(c, OVERFLOW | VALUE_MASK);
+        assert_eq!(value(c), 0x8000);
+        bump(&mut c, 1_000_000);
+        assert_eq!(c, OVERFLOW | VALUE_MASK);
+        let mut big = 0u16;
+        bump(&mut big, u32::MAX);
+        assert_eq!(value(big), 0x8000);
+    }
+
+    #[test]
+    fn cooling_clears_overflow() {
+        assert_eq!(cool(OVERFLOW | VALUE_MASK, 1), 0x3FFF);
+        assert_eq!(cool(3, 1), 1);
+        assert_eq!(cool(OVERFLOW | VALUE_MASK, 15), 0);
+        assert_eq!(cool(VALUE_MASK, 40), 0);
+    }
+
+    #[test]
+    fn slots_are_reused_zeroed() {
+        let mut t = Stage2::default();
+        let a = t.allocate(10);
+        let b = t.allocate(5);
+        t.add(a, 3, false, 2);
+        t.add(a, 3, true, 1);
+        assert_eq!((t.counters(a).0[3], t.counters(a).1[3]), (2, 1));
+        assert_eq!(t.live_sorted(), vec![(b, 5), (a, 10)]);
+        t.release(a);
+        assert_eq!(t.live(), 1);
+        let c = t.allocate(7);
+        assert_eq!(c, a);
+        assert!(
+            t.counters(c)
+                .0
+                .iter()
+                .chain(t.counters(c).1)
+                .all(|v| *v == 0)
+        );
+        t.add(b, 0, false, 9);
+        t.cool_all(1);
+        assert_eq!(t.counters(b).0[0], 4);
+    }
+}

@@ -1,0 +1,535 @@
+//! Ryoo's granularity-aware migration (§4), adapted to sampled per-4 KiB data.
+//!
+//! One granularity per target, in {4 KiB, medium (64 KiB), 2 MiB}. The move-in scan (over
+//! slow-resident pages) may only raise it, the move-out scan (over fast-resident pages) may only
+//! lower it. "Accessed" means a non-zero stage-2 counter. Each scan reads at most `scan_pages`
+//! pages of its tier, starting after where the previous scan stopped, so the region-count
+//! thresholds (3 regions) keep the meaning they have with Ryoo's 4,096-page scans.
+//!
+//! Ryoo's text says to lower 2 MiB → 64 KiB when "the number of sparsely accessed 64KB regions is
+//! below the threshold"; read literally that would also lower it for dense streaming data, which
+//! has no sparse regions at all. We require the 2 MiB regions to be sparse as well, which is what
+//! the rule's purpose (64 KiB locality without 2 MiB locality) needs.
+//!
+//! The target granularity is a ceiling; per region the planner goes finer where the data is
+//! sparse (Rainbow): a superpage moves whole only when it is dense, a medium chunk only when it is.
+
+use serde::{Deserialize, Serialize};
+
+use super::{ConfigError, check};
+use crate::units::{Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE};
+
+/// Granularity tunables; the thresholds are Ryoo's typical values.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GranularityConfig {
+    /// Granularity before the first scan, bytes. Default 4096.
+    pub initial: Granularity,
+    /// The middle granularity, bytes: a multiple of 4 KiB dividing 2 MiB. Default 65536.
+    pub medium: Granularity,
+    /// A 2 MiB region is dense on move-in with more than this many accessed pages. Default 480.
+    pub thr_high_2m: u32,
+    /// A medium chunk is dense on move-in with more than this many accessed pages. Default 10 (of 16).
+    pub thr_high_medium: u32,
+    /// Raise to 2 MiB when more than this many dense 2 MiB regions are seen. Default 3.
+    pub thr_high_num_reg_2m: u32,
+    /// Raise to medium when more than this many dense medium chunks are seen. Default 3.
+    pub thr_high_num_reg_medium: u32,
+    /// A 2 MiB region is sparse on move-out with fewer than this many accessed pages. Default 480.
+    pub thr_low_2m: u32,
+    /// A medium chunk is sparse on move-out with fewer than this many accessed pages. Default 10.
+    pub thr_low_medium: u32,
+    /// Lowering needs more than this many sparse 2 MiB regions. Default 3.
+    pub thr_low_num_reg_2m: u32,
+    /// Lower to 4 KiB with more than, or to medium with fewer than, this many sparse chunks. Default 3.
+    pub thr_low_num_reg_medium: u32,
+    /// Pages of the scanned tier read per scan. Default 4096 (Ryoo).
+    pub scan_pages: u32,
+    /// Pin the granularity at `initial` and move every chunk at it, however sparse (Ryoo's
+    /// static 4 KiB / 64 KiB / 2 MiB baselines; the simulator uses it). Default false.
+    pub fixed: bool,
+}
+
+impl Default for GranularityConfig {
+    fn default() -> Self {
+        Self {
+            initial: Granularity::KIB_4,
+            medium: Granularity::KIB_64,
+            thr_high_2m: 480,
+            thr_high_medium: 10,
+            thr_high_num_reg_2m: 3,
+            thr_high_num_reg_medium: 3,
+            thr_low_2m: 480,
+            thr_low_medium: 10,
+            thr_low_num_reg_2m: 3,
+            thr_low_num_reg_medium: 3,
+            scan_pages: 4096,
+            fixed: false,
+        }
+    }
+}
+
+impl GranularityConfig {
+    pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let m = self.medium.bytes();
+        check(
+            m > PAGE_SIZE && m < SUPERPAGE_SIZE && SUPERPAGE_SIZE.is_multiple_of(m),
+            "granularity.medium",
+            m,
+            "must lie strictly between 4 KiB and 2 MiB and divide 2 MiB",
+        )?;
+        check(
+            [Granularity::KIB_4, self.medium, Granularity::MIB_2].contains(&self.initial),
+            "granularity.initial",
+            self.initial.bytes(),
+            "must be 4 KiB, medium or 2 MiB",
+        )?;
+        let pages = u32::try_from(self.medium.pages()).unwrap_or(u32::MAX);
+        check(
+            self.thr_high_medium < pages && self.thr_low_medium <= pages,
+            "granularity.thr_*_medium",
+            self.thr_high_medium,
+            "must be below the pages of a medium chunk",
+        )?;
+        check(
+            self.thr_high_2m < 512 && self.thr_low_2m <= 512,
+            "granularity.thr_*_2m",
+            self.thr_high_2m,
+            "must be below 512",
+        )
+    }
+
+    fn medium_pages(&self) -> usize {
+        usize::try_from(self.medium.pages()).unwrap_or(SUBPAGES)
+    }
+
+    /// Whether a superpage with `accessed` pages moves whole under `target`.
+    #[must_use]
+    pub fn moves_whole(&self, target: Granularity, accessed: u32) -> bool {
+        if self.fixed {
+            return target >= Granularity::MIB_2 && accessed > 0;
+        }
+        target >= Granularity::MIB_2 && accessed > self.thr_high_2m
+    }
+
+    /// Granularity of a medium chunk with `accessed` pages under `target` (when not moved whole).
+    #[must_use]
+    pub fn chunk_granularity(&self, target: Granularity, accessed: u32) -> Granularity {
+        if self.fixed {
+            return if target >= self.medium && accessed > 0 {
+                self.medium
+            } else {
+                Granularity::KIB_4
+            };
+        }
+        if target >= self.medium && accessed > self.thr_high_medium {
+            self.medium
+        } else {
+            Granularity::KIB_4
+        }
+    }
+}
+
+/// One stage-2 superpage as a scan sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct ScanRegion {
+    /// Superpage number (address >> 21); scans walk regions in this order.
+    pub sp: u64,
+    /// Pages with a non-zero access counter.
+    pub accessed: [u64; 8],
+    pub residency: Residency,
+    /// Accessed pages each observed accessed page stands for (≥ 1): sampling misses pages of
+    /// dense data, and Ryoo's thresholds assume complete access bits.
+    pub density_scale: f64,
+}
+
+impl ScanRegion {
+    /// Estimated accessed pages among `observed`, at most `pages`.
+    #[must_use]
+    pub fn estimate(&self, observed: u32, pages: u32) -> u32 {
+        ((f64::from(observed) * self.density_scale.max(1.0)).round() as u32).min(pages)
+    }
+}
+
+/// Counts of one move-in and one move-out scan.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanCounts {
+    pub dense_2m: u32,
+    pub dense_medium: u32,
+    pub sparse_2m: u32,
+    pub sparse_medium: u32,
+}
+
+/// The per-target granularity and the two scan cursors.
+#[derive(Clone, Debug)]
+pub struct GranularityState {
+    current: Granularity,
+    cursor_in: u64,
+    cursor_out: u64,
+}
+
+impl GranularityState {
+    #[must_use]
+    pub fn new(cfg: &GranularityConfig) -> Self {
+        Self {
+            current: cfg.initial,
+            cursor_in: 0,
+            cursor_out: 0,
+        }
+    }
+
+    #[must_use]
+    pub fn current(&self) -> Granularity {
+        self.current
+    }
+
+    /// Runs the move-out then the move-in scan over `regions` (sorted by `sp`) and updates the
+    /// granularity. Returns what the scans counted.
+    pub fn update(&mut self, cfg: &GranularityConfig, regions: &[ScanRegion]) -> ScanCounts {
+        let mut counts = ScanCounts::default();
+        self.cursor_out = scan(
+            cfg,
+            regions,
+            self.cursor_out,
+            |r| r.residency.fast,
+            |region_pages, chunks| {
+                counts.sparse_2m += u32::from(region_pages < cfg.thr_low_2m);
+                counts.sparse_medium += chunks
+                    .iter()
+                    .filter(|(has, a)| *has && *a < cfg.thr_low_medium)
+                    .count() as u32;
+            },
+        );
+        self.cursor_in = scan(
+            cfg,
+            regions,
+            self.cursor_in,
+            |r| r.residency.slow,
+            |region_pages, chunks| {
+                counts.dense_2m += u32::from(region_pages > cfg.thr_high_2m);
+                counts.dense_medium += chunks
+                    .iter()
+                    .filter(|(_, a)| *a > cfg.thr_high_medium)
+                    .count() as u32;
+            },
+        );
+        if !cfg.fixed {
+            self.current = lower(cfg, self.current, &counts);
+            self.current = raise(cfg, self.current, &counts);
+        }
+        counts
+    }
+}
+
+/// Ryoo's move-in rule: may only raise.
+#[must_use]
+pub fn raise(cfg: &GranularityConfig, current: Granularity, c: &ScanCounts) -> Granularity {
+    if c.dense_2m > cfg.thr_high_num_reg_2m {
+        Granularity::MIB_2
+    } else if c.dense_medium > cfg.thr_high_num_reg_medium {
+        current.max(cfg.medium)
+    } else {
+        current
+    }
+}
+
+/// Ryoo's move-out rule: may only lower.
+#[must_use]
+pub fn lower(cfg: &GranularityConfig, current: Granularity, c: &ScanCounts) -> Granularity {
+    if c.sparse_2m <= cfg.thr_low_num_reg_2m {
+        current
+    } else if c.sparse_medium > cfg.thr_low_num_reg_medium {
+        Granularity::KIB_4
+    } else if c.sparse_medium < cfg.thr_low_num_reg_medium && current == Granularity::MIB_2 {
+        cfg.medium
+    } else {
+        current
+    }
+}
+
+/// Walks regions from the first one after `cursor` (wrapping), calling `visit` with the accessed
+/// tier pages of each region holding tier pages and, per medium chunk, (has tier pages, accessed
+/// tier pages); stops after `scan_pages` tier pages. Returns the new cursor.
+fn scan(
+    cfg: &GranularityConfig,
+    regions: &[ScanRegion],
+    cursor: u64,
+    tier: impl Fn(&ScanRegion) -> [u64; 8],
+    mut visit: impl FnMut(u32, &[(bool, u32)]),
+) -> u64 {
+    if regions.is_empty() {
+        return cursor;
+    }
+    let start = regions.partition_point(|r| r.sp <= cursor) % regions.len();
+    let mp = cfg.medium_pages();
+    let mut chunks = vec![(false, 0u32); SUBPAGES / mp];
+    let mut seen = 0u32;
+    let mut last = cursor;
+    for r in regions[start..].iter().chain(&regions[..start]) {
+        let t = tier(r);
+        let n: u32 = t.iter().map(|w| w.count_ones()).sum();
+        if n == 0 {
+            continue;
+        }
+        let acc: [u64; 8] = std::array::from_fn(|i| t[i] & r.accessed[i]);
+        for (ci, chunk) in chunks.iter_mut().enumerate() {
+            let tier_pages = bits_in(&t, ci * mp, mp);
+            *chunk = (
+                tier_pages > 0,
+                r.estimate(bits_in(&acc, ci * mp, mp), tier_pages),
+            );
+        }
+        visit(
+            r.estimate(acc.iter().map(|w| w.count_ones()).sum(), n),
+            &chunks,
+        );
+        seen += n;
+        last = r.sp;
+        if seen >= cfg.scan_pages {
+            break;
+        }
+    }
+    last
+}
+
+/// Set bits of `bits` in `[from, from + len)`.
+fn bits_in(bits: &[u64; 8], from: usize, len: usize) -> u32 {
+    (from..from + len)
+        .filter(|&i| bits[i / 64] & (1u64 << (i % 64)) != 0)
+        .count() as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::units::Tier;
+
+    fn mask(pages: impl IntoIterator<Item = usize>) -> [u64; 8] {
+        let mut m = [0u64; 8];
+        for p in pages {
+            m[p / 64] |= 1 << (p % 64);
+        }
+        m
+    }
+
+    fn slow_region(sp: u64, accessed: [u64; 8]) -> ScanRegion {
+        ScanRegion {
+            sp,
+            accessed,
+            residency: Residency::all(Tier::Slow),
+            density_scale: 1.0,
+        }
+    }
+
+    #[test]
+    fn dense_2m_needs_more_than_480_and_more_than_3_regions() {
+        let cfg = GranularityConfig::default();
+        let mut st = GranularityState::new(&cfg);
+        // Four regions with exactly 480 accessed pages: not dense.
+        let r480: Vec<_> = (0..4).map(|sp| slow_region(sp, mask(0..480))).collect();
+        let c = st.update(&cfg, &r480);
+        assert_eq!(c.dense_2m, 0);
+        // 480 of 512 spread over 16-page chunks leaves 30 chunks of 16 > 10: medium.
+        assert_eq!(st.current(), Granularity::KIB_64);
+        // Three regions with 481: still not more than 3.
+        let mut st = GranularityState::new(&cfg);
+        let r3: Vec<_> = (0..3).map(|sp| slow_region(sp, mask(0..481))).collect();
+        assert_eq!(st.update(&cfg, &r3).dense_2m, 3);
+        assert_ne!(st.current(), Granularity::MIB_2);
+        let r4: Vec<_> = (0..4).map(|sp| slow_region(sp, mask(0..481))).collect();
+        st.update(&cfg, &r4);
+        assert_eq!(st.current(), Granularity::MIB_2);
+    }
+
+    #[test]
+    fn dense_medium_needs_more_than_10_of_16() {
+        let cfg = GranularityConfig::default();
+        // Four chunks with 10 accessed pages each: not dense.
+        let ten = mask((0..4).flat_map(|c| c * 16..c * 16 + 10));
+        let mut st = GranularityState::new(&cfg);
+        assert_eq!(st.update(&cfg, &[slow_region(1, ten)]).dense_medium, 0);
+        assert_eq!(st.current(), Granularity::KIB_4);
+        let eleven = mask((0..4).flat_map(|c| c * 16..c * 16 + 11));
+        assert_eq!(st.update(&cfg, &[slow_region(1, eleven)]).dense_medium, 4);
+        assert_eq!(st.current(), Granularity::KIB_64);
+    }
+
+    #[test]
+    fn move_out_lowers_only_for_sparse_fast_data() {
+        let cfg = GranularityConfig::default();
+        let fast = |sp, accessed| ScanRegion {
+            sp,
+            accessed,
+            residency: Residency::all(Tier::Fast),
+            density_scale: 1.0,
+        };
+        // Dense streaming data in fast memory keeps 2 MiB.
+        let mut st = GranularityState {
+            current: Granularity::MIB_2,
+            cursor_in: 0,
+            cursor_out: 0,
+        };
+        st.update(
+            &cfg,
+            &(0..8).map(|sp| fast(sp, mask(0..512))).collect::<Vec<_>>(),
+        );
+        assert_eq!(st.current(), Granularity::MIB_2);
+        // Sparse regions whose accessed pages form dense chunks: 2 MiB → 64 KiB.
+        let clustered: Vec<_> = (0..4)
+            .map(|sp| {
+                let mut r = fast(sp, mask(0..16));
+                r.residency = Residency::all(Tier::Slow);
+                for p in 0..16 {
+                    r.residency.set(p, Some(Tier::Fast));
+                }
+                r
+            })
+            .collect();
+        st.update(&cfg, &clustered);
+        assert_eq!(st.current(), Granularity::KIB_64);
+        // Isolated accessed pages: sparse chunks everywhere → 4 KiB.
+        let scattered: Vec<_> = (0..4)
+            .map(|sp| fast(sp, mask([0, 100, 300, 500])))
+            .collect();
+        let c = st.update(&cfg, &scattered);
+        assert!(c.sparse_2m == 4 && c.sparse_medium > 3, "{c:?}");
+        assert_eq!(st.current(), Granularity::KIB_4);
+    }
+
+    #[test]
+    fn lower_rule_boundaries() {
+        let cfg = GranularityConfig::default();
+        let c = |s2, s64| ScanCounts {
+            sparse_2m: s2,
+            sparse_medium: s64,
+            ..ScanCounts::default()
+        };
+        assert_eq!(
+            lower(&cfg, Granularity::MIB_2, &c(3, 100)),
+            Granularity::MIB_2
+        );
+        assert_eq!(
+            lower(&cfg, Granularity::MIB_2, &c(4, 4)),
+            Granularity::KIB_4
+        );
+        assert_eq!(
+            lower(&cfg, Granularity::MIB_2, &c(4, 3)),
+            Granularity::MIB_2
+        );
+        assert_eq!(
+            lower(&cfg, Granularity::MIB_2, &c(4, 2)),
+            Granularity::KIB_64
+        );
+        assert_eq!(
+            lower(&cfg, Granularity::KIB_64, &c(4, 2)),
+            Granularity::KIB_64
+        );
+    }
+
+    #[test]
+    fn scan_budget_and_cursor() {
+        let cfg = GranularityConfig {
+            scan_pages: 1024,
+            ..GranularityConfig::default()
+        };
+        let regions: Vec<_> = (0..6)
+            .map(|sp| slow_region(sp * 10, mask(0..512)))
+            .collect();
+        let mut st = GranularityState::new(&cfg);
+        // 1024 pages = two regions per scan: never more than 3 dense regions at once.
+        for _ in 0..4 {
+            assert_eq!(st.update(&cfg, &regions).dense_2m, 2);
+        }
+        assert_ne!(st.current(), Granularity::MIB_2);
+        let big = GranularityConfig {
+            scan_pages: 4096,
+            ..cfg
+        };
+        st.update(&big, &regions);
+        assert_eq!(st.current(), Granularity::MIB_2);
+    }
+
+    #[test]
+    fn per_region_choice() {
+        let cfg = GranularityConfig::default();
+        assert!(cfg.moves_whole(Granularity::MIB_2, 481));
+        assert!(!cfg.moves_whole(Granularity::MIB_2, 480));
+        assert!(!cfg.moves_whole(Granularity::KIB_64, 512));
+        assert_eq!(
+            cfg.chunk_granularity(Granularity::MIB_2, 11),
+            Granularity::KIB_64
+        );
+        assert_eq!(
+            cfg.chunk_granularity(Granularity::MIB_2, 10),
+            Granularity::KIB_4
+        );
+        assert_eq!(
+            cfg.chunk_granularity(Granularity::KIB_4, 16),
+            Granularity::KIB_4
+        );
+    }
+
+    #[test]
+    fn medium_is_configurable() {
+        let cfg = GranularityConfig {
+            medium: Granularity::new(128 << 10).unwrap(),
+            thr_high_medium: 20,
+            thr_low_medium: 20,
+            ..GranularityConfig::default()
+        };
+        cfg.validate().unwrap();
+        let bad = GranularityConfig {
+            medium: Granularity::new(12 << 10).unwrap(),
+            ..GranularityConfig::default()
+        };
+        assert!(bad.validate().is_err());
+        let r = slow_region(0, mask((0..4).flat_map(|c| c * 32..c * 32 + 21)));
+        let mut st = GranularityState::new(&cfg);
+        assert_eq!(st.update(&cfg, &[r]).dense_medium, 4);
+        assert_eq!(st.current().bytes(), 128 << 10);
+    }
+
+    #[test]
+    fn fixed_granularity_never_changes_and_ignores_density() {
+        let cfg = GranularityConfig {
+            initial: Granularity::MIB_2,
+            fixed: true,
+            ..GranularityConfig::default()
+        };
+        let mut st = GranularityState::new(&cfg);
+        // Many sparse fast regions would lower an adaptive target.
+        let sparse: Vec<ScanRegion> = (0..8)
+            .map(|sp| ScanRegion {
+                sp,
+                accessed: mask([0]),
+                residency: Residency::all(Tier::Fast),
+                density_scale: 1.0,
+            })
+            .collect();
+        st.update(&cfg, &sparse);
+        assert_eq!(st.current(), Granularity::MIB_2);
+        assert!(cfg.moves_whole(Granularity::MIB_2, 1));
+        assert!(!cfg.moves_whole(Granularity::MIB_2, 0));
+        let adaptive = GranularityConfig {
+            initial: Granularity::MIB_2,
+            ..GranularityConfig::default()
+        };
+        let mut a = GranularityState::new(&adaptive);
+        a.update(&adaptive, &sparse);
+        assert_ne!(a.current(), Granularity::MIB_2);
+        assert!(!adaptive.moves_whole(Granularity::MIB_2, 1));
+        let m = GranularityConfig {
+            initial: Granularity::KIB_64,
+            fixed: true,
+            ..GranularityConfig::default()
+        };
+        assert_eq!(
+            m.chunk_granularity(Granularity::KIB_64, 1),
+            Granularity::KIB_64
+        );
+        assert_eq!(
+            m.chunk_granularity(Granularity::KIB_4, 16),
+            Granularity::KIB_4
+        );
+    }
+}

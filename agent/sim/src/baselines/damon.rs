@@ -1,0 +1,323 @@
+//! DAMON-like tiering (anchors.md §1.2: `damonitor/damo` `scripts/mem_tier.sh`, kernel
+//! `samples/damon/mtier.c`).
+//!
+//! What it models:
+//! - **Region monitoring.** Regions cover the mapped address ranges; every sampling interval
+//!   (5 ms) one random page per region has its accessed bit checked and cleared; per
+//!   aggregation interval (100 ms) `nr_accesses` is the number of sampling intervals it was seen
+//!   accessed. Adjacent regions whose `nr_accesses` differ by at most 10 % of the maximum are
+//!   merged (the age survives); then, while there are fewer than `max_nr_regions / 2`, every
+//!   region is split in two at a random page. 10..1000 regions.
+//! - **Schemes**, applied every second with 200 MB/s quotas (the mem_tier.sh setup):
+//!   `migrate_hot` — slow-tier data of regions with an access rate of at least 5 %, hottest
+//!   first, while fast-tier use is under the 99.7 % goal, `young` pages only;
+//!   `migrate_cold` — fast-tier data of regions with a 0 % access rate, oldest first, while
+//!   fast-tier free memory is under the 0.5 % goal, non-`young` pages only.
+//! - Migration is per folio: a THP moves whole, a split superpage per 4 KiB page.
+//!
+//! DAMON monitors per node in physical space; we monitor the target's virtual space and apply
+//! each scheme to the part of a region that sits in the scheme's source tier.
+
+use std::time::Duration;
+
+use crate::{
+    model::TierModel,
+    policy::{Clock, SimPolicy},
+    trace::TraceRecord,
+};
+use memtide_core::{
+    engine::{Sample, testgen::SplitMix64},
+    units::{PAGE_SIZE, SUPERPAGE_SIZE, Tier},
+};
+
+#[derive(Clone, Copy, Debug)]
+struct Region {
+    /// Page-aligned addresses.
+    start: u64,
+    end: u64,
+    seen: u32,
+    nr_accesses: u32,
+    age: u32,
+    /// Page whose accessed bit was cleared at the last sampling (checked at the next).
+    probe: Option<u64>,
+}
+
+pub struct Damon {
+    regions: Vec<Region>,
+    rng: SplitMix64,
+    sampling: Duration,
+    aggregation: Duration,
+    apply: Duration,
+    next_sample: Duration,
+    next_aggr: Duration,
+    next_apply: Duration,
+    mapped: u64,
+    min_regions: usize,
+    max_regions: usize,
+    quota_bytes_per_s: f64,
+}
+
+impl Default for Damon {
+    fn default() -> Self {
+        Self {
+            regions: Vec::new(),
+            rng: SplitMix64::new(0xda30),
+            sampling: Duration::from_millis(5),
+            aggregation: Duration::from_millis(100),
+            apply: Duration::from_secs(1),
+            next_sample: Duration::ZERO,
+            next_aggr: Duration::from_millis(100),
+            next_apply: Duration::from_secs(1),
+            mapped: 0,
+            min_regions: 10,
+            max_regions: 1000,
+            quota_bytes_per_s: 200e6,
+        }
+    }
+}
+
+impl Damon {
+    fn max_nr(&self) -> u32 {
+        (self.aggregation.as_nanos() / self.sampling.as_nanos()) as u32
+    }
+
+    /// Rebuilds the regions when the mapped set changed: contiguous runs of mapped superpages,
+    /// split evenly up to `min_regions`. Existing regions keep their counts where they overlap.
+    fn sync(&mut self, model: &mut TierModel) {
+        let n = model.mapped_superpages();
+        if n == self.mapped {
+            return;
+        }
+        self.mapped = n;
+        let sorted = model.sorted().to_vec();
+        let mut ranges: Vec<(u64, u64)> = Vec::new();
+        for sp in sorted {
+            let (s, e) = (sp * SUPERPAGE_SIZE, (sp + 1) * SUPERPAGE_SIZE);
+            match ranges.last_mut() {
+                Some(last) if last.1 == s => last.1 = e,
+                _ => ranges.push((s, e)),
+            }
+        }
+        let old = std::mem::take(&mut self.regions);
+        for (s, e) in ranges {
+            // Keep old regions inside this range; cover the gaps with new ones.
+            let mut at = s;
+            for r in old.iter().filter(|r| r.start >= s && r.end <= e) {
+                if r.start > at {
+                    self.regions.push(Region {
+                        start: at,
+                        end: r.start,
+                        seen: 0,
+                        nr_accesses: 0,
+                        age: 0,
+                        probe: None,
+                    });
+                }
+                self.regions.push(*r);
+                at = r.end;
+            }
+            if at < e {
+                self.regions.push(Region {
+                    start: at,
+                    end: e,
+                    seen: 0,
+                    nr_accesses: 0,
+                    age: 0,
+                    probe: None,
+                });
+            }
+        }
+        while self.regions.len() < self.min_regions {
+            let before = self.regions.len();
+            self.split_all();
+            if self.regions.len() == before {
+                break;
+            }
+        }
+    }
+
+    fn split_all(&mut self) {
+        let mut out = Vec::with_capacity(self.regions.len() * 2);
+        for r in std::mem::take(&mut self.regions) {
+            let pages = (r.end - r.start) / PAGE_SIZE;
+            if pages < 2 {
+                out.push(r);
+                continue;
+            }
+            let cut = r.start + (1 + self.rng.below(pages - 1)) * PAGE_SIZE;
+            out.push(Region {
+                end: cut,
+                probe: None,
+                ..r
+            });
+            out.push(Region {
+                start: cut,
+                probe: None,
+                ..r
+            });
+        }
+        self.regions = out;
+    }
+
+    /// One sampling interval: check the accessed bit of each region's probe page (cleared at
+    /// the previous interval), then pick a new random probe page and clear its bit (mkold).
+    fn sample(&mut self, model: &mut TierModel) {
+        for i in 0..self.regions.len() {
+            let r = self.regions[i];
+            if let Some(page) = r.probe
+                && let Some(idx) = model.find(page / SUPERPAGE_SIZE)
+            {
+                let p = ((page / PAGE_SIZE) % 512) as usize;
+                if model.superpage(idx).accessed[p / 64] & (1 << (p % 64)) != 0 {
+                    self.regions[i].seen += 1;
+                }
+            }
+            let pages = (r.end - r.start) / PAGE_SIZE;
+            let page = r.start + self.rng.below(pages.max(1)) * PAGE_SIZE;
+            if let Some(idx) = model.find(page / SUPERPAGE_SIZE) {
+                let p = ((page / PAGE_SIZE) % 512) as usize;
+                model.superpage_mut(idx).accessed[p / 64] &= !(1u64 << (p % 64));
+            }
+            self.regions[i].probe = Some(page);
+        }
+    }
+
+    fn aggregate(&mut self) {
+        let thr = self.max_nr() / 10;
+        let mut merged: Vec<Region> = Vec::with_capacity(self.regions.len());
+        for mut r in std::mem::take(&mut self.regions) {
+            r.age = if r.seen.abs_diff(r.nr_accesses) <= thr {
+                r.age + 1
+            } else {
+                0
+            };
+            r.nr_accesses = r.seen;
+            r.seen = 0;
+            match merged.last_mut() {
+                Some(l) if l.end == r.start && l.nr_accesses.abs_diff(r.nr_accesses) <= thr => {
+                    let (lw, rw) = ((l.end - l.start) as f64, (r.end - r.start) as f64);
+                    l.nr_accesses = ((f64::from(l.nr_accesses) * lw
+                        + f64::from(r.nr_accesses) * rw)
+                        / (lw + rw)) as u32;
+                    l.age = ((f64::from(l.age) * lw + f64::from(r.age) * rw) / (lw + rw)) as u32;
+                    l.end = r.end;
+                    l.probe = None;
+                }
+                _ => merged.push(r),
+            }
+        }
+        self.regions = merged;
+        if self.regions.len() < self.max_regions / 2 {
+            self.split_all();
+        }
+    }
+
+    /// Applies one scheme to a region's pages in `from`; returns bytes moved.
+    fn apply_region(
+        model: &mut TierModel,
+        r: &Region,
+        to: Tier,
+        young: bool,
+        budget: f64,
+        now_ms: u32,
+    ) -> f64 {
+        let mut moved = 0.0;
+        let mut sp = r.start / SUPERPAGE_SIZE;
+        while sp * SUPERPAGE_SIZE < r.end && moved < budget {
+            if let Some(idx) = model.find(sp) {
+                let s = model.superpage(idx);
+                let base = sp * SUPERPAGE_SIZE;
+                if s.huge {
+                    let in_from = (s.fast_pages() == 512) != (to == Tier::Fast);
+                    let is_young = s.accessed != [0; 8];
+                    if in_from && is_young == young {
+                        moved +=
+                            model.migrate(base, SUPERPAGE_SIZE, to, SUPERPAGE_SIZE, now_ms) as f64;
+                    }
+                } else {
+                    let first = r.start.max(base);
+                    let last = r.end.min(base + SUPERPAGE_SIZE);
+                    let mut a = first;
+                    while a < last && moved < budget {
+                        let p = ((a / PAGE_SIZE) % 512) as usize;
+                        let s = model.superpage(idx);
+                        let bit = 1u64 << (p % 64);
+                        let in_from = s.is_fast(p) != (to == Tier::Fast);
+                        let is_young = s.accessed[p / 64] & bit != 0;
+                        if in_from && is_young == young {
+                            moved += model.migrate(a, PAGE_SIZE, to, PAGE_SIZE, now_ms) as f64;
+                        }
+                        a += PAGE_SIZE;
+                    }
+                }
+            }
+            sp += 1;
+        }
+        moved
+    }
+
+    fn schemes(&mut self, model: &mut TierModel, now_ms: u32) {
+        let max = f64::from(self.max_nr());
+        let quota = self.quota_bytes_per_s * self.apply.as_secs_f64();
+        let cap = model.fast_capacity_bytes() as f64;
+        // migrate_cold: 0 % access rate, oldest first, while free < 0.5 %.
+        let mut cold: Vec<Region> = self
+            .regions
+            .iter()
+            .filter(|r| r.nr_accesses == 0)
+            .copied()
+            .collect();
+        cold.sort_by(|a, b| b.age.cmp(&a.age).then(a.start.cmp(&b.start)));
+        let mut left = quota;
+        for r in &cold {
+            if left <= 0.0 || model.fast_free_bytes() as f64 >= cap * 0.005 {
+                break;
+            }
+            left -= Self::apply_region(model, r, Tier::Slow, false, left, now_ms);
+        }
+        // migrate_hot: >= 5 % access rate, hottest first, while used < 99.7 %.
+        let mut hot: Vec<Region> = self
+            .regions
+            .iter()
+            .filter(|r| f64::from(r.nr_accesses) >= 0.05 * max)
+            .copied()
+            .collect();
+        hot.sort_by(|a, b| {
+            b.nr_accesses
+                .cmp(&a.nr_accesses)
+                .then(a.start.cmp(&b.start))
+        });
+        let mut left = quota;
+        for r in &hot {
+            if left <= 0.0 || model.fast_used_bytes() as f64 >= cap * 0.997 {
+                break;
+            }
+            left -= Self::apply_region(model, r, Tier::Fast, true, left, now_ms);
+        }
+    }
+}
+
+impl SimPolicy for Damon {
+    fn name(&self) -> String {
+        "damon".into()
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], _: &[Sample], _: &TierModel, _: Clock) {}
+
+    fn step(&mut self, clock: Clock, model: &mut TierModel) {
+        self.sync(model);
+        let now_ms = u32::try_from(clock.now.as_millis()).unwrap_or(u32::MAX);
+        while self.next_sample <= clock.now {
+            self.sample(model);
+            self.next_sample += self.sampling;
+            if self.next_sample > self.next_aggr {
+                self.aggregate();
+                self.next_aggr += self.aggregation;
+            }
+        }
+        if clock.now >= self.next_apply {
+            self.schemes(model, now_ms);
+            self.next_apply = clock.now + self.apply;
+        }
+    }
+}

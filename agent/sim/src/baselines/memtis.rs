@@ -1,0 +1,238 @@
+//! MEMTIS-like (anchors.md §1.5; Lee et al., SOSP'23, `cosmoss-jigu/memtis`).
+//!
+//! What it models:
+//! - PEBS samples counted per 4 KiB page and per huge page (the huge page's count is the sum of
+//!   its subpages'). An access-frequency **histogram** (log2 bins) weighted by pages gives a
+//!   **dynamic hot threshold**: the lowest bin whose pages, together with all hotter ones, fit
+//!   in the fast tier; the warm threshold is one bin below. Recomputed every adaptation period.
+//! - **Cooling**: all counts are halved every cooling period.
+//! - **Skewness-aware huge-page split**: at each adaptation MEMTIS compares the hit ratio the
+//!   fast tier would get with base pages (the hottest 4 KiB pages that fit) against the one with
+//!   huge pages (the hottest 2 MiB pages that fit); while base pages win, it splits the most
+//!   skewed huge pages — those whose top 512/γ² = 32 subpages (γ = 4, `htmm_gamma`) carry at
+//!   least half their samples — up to 16 per adaptation, so only their hot 4 KiB pages are
+//!   promoted and their cold ones can be demoted.
+//! - `kmigraterd` every 500 ms: promote slow pages at or above the hot threshold (hottest first),
+//!   making room by demoting fast pages below the warm threshold (coldest first); at most
+//!   100 MB/s (`MAX_MIGRATION_RATE_IN_MBPS`).
+//!
+//! The adaptation and cooling periods (100,000 and 2,000,000 samples in the artifact) are scaled
+//! down 10× to the simulator's sample volume (10,000 and 200,000 samples).
+
+use std::time::Duration;
+
+use crate::{
+    model::{SpMap, TierModel},
+    policy::{Clock, SimPolicy},
+    trace::TraceRecord,
+};
+use memtide_core::{
+    engine::Sample,
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier},
+};
+
+const ADAPTATION: u64 = 10_000;
+const COOLING: u64 = 200_000;
+const GAMMA: usize = 4;
+
+pub struct Memtis {
+    counts: SpMap<Box<[u16]>>,
+    samples: u64,
+    hot_bin: u32,
+    period: Duration,
+    rate_bytes_per_s: f64,
+    last: Duration,
+    need_adapt: bool,
+}
+
+impl Default for Memtis {
+    fn default() -> Self {
+        Self {
+            counts: SpMap::default(),
+            samples: 0,
+            hot_bin: 1,
+            period: Duration::from_millis(500),
+            rate_bytes_per_s: 100e6,
+            last: Duration::ZERO,
+            need_adapt: false,
+        }
+    }
+}
+
+fn bin(count: u32) -> u32 {
+    if count == 0 {
+        0
+    } else {
+        32 - count.leading_zeros()
+    }
+}
+
+impl Memtis {
+    /// Hotness of one mapping unit: a huge page's summed count, or one base page's count.
+    fn units<'a>(
+        &'a self,
+        model: &'a TierModel,
+    ) -> impl Iterator<Item = (usize, Option<usize>, u32)> + 'a {
+        model
+            .superpages()
+            .iter()
+            .enumerate()
+            .flat_map(move |(idx, s)| {
+                let c = self.counts.get(&s.sp);
+                let v: Vec<(usize, Option<usize>, u32)> = if s.huge {
+                    let total = c.map_or(0, |c| c.iter().map(|&x| u32::from(x)).sum());
+                    vec![(idx, None, total)]
+                } else {
+                    (0..SUBPAGES)
+                        .map(|p| (idx, Some(p), c.map_or(0, |c| u32::from(c[p]))))
+                        .collect()
+                };
+                v
+            })
+    }
+
+    fn adapt(&mut self, model: &TierModel) {
+        let mut hist = [0u64; 34];
+        for (_, page, count) in self.units(model) {
+            hist[bin(count) as usize] += if page.is_some() { 1 } else { SUBPAGES as u64 };
+        }
+        let cap = model.fast_capacity_bytes() / PAGE_SIZE;
+        let mut sum = 0;
+        let mut thr = 33;
+        for b in (1..34).rev() {
+            if sum + hist[b] > cap {
+                break;
+            }
+            sum += hist[b];
+            thr = b as u32;
+        }
+        self.hot_bin = thr.max(1);
+    }
+
+    /// (samples, share of them on the top 512/γ² subpages).
+    fn skew(counts: &[u16]) -> (u64, f64) {
+        let total: u32 = counts.iter().map(|&c| u32::from(c)).sum();
+        if total == 0 {
+            return (0, 0.0);
+        }
+        let mut v: Vec<u16> = counts.to_vec();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        let top: u32 = v[..SUBPAGES / (GAMMA * GAMMA)]
+            .iter()
+            .map(|&c| u32::from(c))
+            .sum();
+        (u64::from(total), f64::from(top) / f64::from(total))
+    }
+}
+
+impl SimPolicy for Memtis {
+    fn name(&self) -> String {
+        "memtis".into()
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, _: Clock) {
+        for s in samples {
+            let c = self
+                .counts
+                .entry(s.addr / SUPERPAGE_SIZE)
+                .or_insert_with(|| vec![0u16; SUBPAGES].into_boxed_slice());
+            let p = ((s.addr / PAGE_SIZE) % 512) as usize;
+            c[p] = c[p].saturating_add(1);
+            self.samples += 1;
+            if self.samples.is_multiple_of(ADAPTATION) {
+                self.need_adapt = true;
+            }
+            if self.samples.is_multiple_of(COOLING) {
+                for c in self.counts.values_mut() {
+                    for x in c.iter_mut() {
+                        *x >>= 1;
+                    }
+                }
+            }
+        }
+    }
+
+    fn step(&mut self, clock: Clock, model: &mut TierModel) {
+        if self.need_adapt {
+            self.need_adapt = false;
+            self.adapt(model);
+            let cap_pages = (model.fast_capacity_bytes() / PAGE_SIZE) as usize;
+            let mut base: Vec<u32> = Vec::new();
+            let mut huge: Vec<u32> = Vec::new();
+            for s in model.superpages() {
+                if let Some(c) = self.counts.get(&s.sp) {
+                    base.extend(c.iter().map(|&x| u32::from(x)).filter(|&x| x > 0));
+                    huge.push(c.iter().map(|&x| u32::from(x)).sum());
+                }
+            }
+            let total: u64 = base.iter().map(|&x| u64::from(x)).sum();
+            let top = |v: &mut Vec<u32>, n: usize| -> u64 {
+                v.sort_unstable_by(|a, b| b.cmp(a));
+                v.iter().take(n).map(|&x| u64::from(x)).sum()
+            };
+            let ehr = top(&mut base, cap_pages);
+            let rhr = top(&mut huge, cap_pages / SUBPAGES);
+            if total > 0 && ehr as f64 > rhr as f64 * 1.05 {
+                let mut skewed: Vec<(u64, usize)> = model
+                    .superpages()
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, s)| s.huge)
+                    .filter_map(|(i, s)| {
+                        let c = self.counts.get(&s.sp)?;
+                        let (t, share) = Self::skew(c);
+                        (share >= 0.5).then_some((t, i))
+                    })
+                    .collect();
+                skewed.sort_unstable_by(|a, b| b.cmp(a));
+                for (_, i) in skewed.into_iter().take(16) {
+                    model.split(i);
+                }
+            }
+        }
+        if clock.now < self.last + self.period {
+            return;
+        }
+        let mut budget = (clock.now - self.last).as_secs_f64() * self.rate_bytes_per_s;
+        self.last = clock.now;
+        let now_ms = u32::try_from(clock.now.as_millis()).unwrap_or(u32::MAX);
+        let hot_bin = self.hot_bin;
+        let mut promote = Vec::new();
+        let mut demote = Vec::new();
+        for (idx, page, count) in self.units(model) {
+            let s = model.superpage(idx);
+            let fast = match page {
+                None => s.fast_pages() == 512,
+                Some(p) => s.is_fast(p),
+            };
+            let b = bin(count);
+            let (start, len) = match page {
+                None => (s.sp * SUPERPAGE_SIZE, SUPERPAGE_SIZE),
+                Some(p) => (s.sp * SUPERPAGE_SIZE + p as u64 * PAGE_SIZE, PAGE_SIZE),
+            };
+            if !fast && b >= hot_bin && count > 0 {
+                promote.push((count, start, len));
+            } else if fast && b + 1 < hot_bin {
+                demote.push((count, start, len));
+            }
+        }
+        promote.sort_unstable_by(|a, b| b.cmp(a));
+        demote.sort_unstable();
+        let mut demote = demote.into_iter();
+        for (_, start, len) in promote {
+            if budget < len as f64 {
+                break;
+            }
+            while model.fast_free_bytes() < len {
+                let Some((_, ds, dl)) = demote.next() else {
+                    break;
+                };
+                budget -= model.migrate(ds, dl, Tier::Slow, dl, now_ms) as f64;
+            }
+            if model.fast_free_bytes() < len {
+                break;
+            }
+            budget -= model.migrate(start, len, Tier::Fast, len, now_ms) as f64;
+        }
+    }
+}

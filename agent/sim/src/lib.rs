@@ -1,0 +1,170 @@
+//! The tier simulator and evaluation suite (`memtide sim`, `memtide gen`).
+//!
+//! Traces ([`trace`]: native, lackey, perf-script; or [`workload`]'s synthetic workloads) stream
+//! through a policy ([`policy`]: the daemon's own engine, [`baselines`], [`oracle`]) and a tier
+//! model ([`model`]); [`run`] replays one trace under one policy, [`suite`] runs the matrix and
+//! writes the report. Everything is deterministic from seeds.
+//!
+//! It depends on `memtide-core` only, never on the agent: a simulation runs the very engine and
+//! planner the daemon runs, without a kernel.
+#![forbid(unsafe_code)]
+
+pub mod baselines;
+pub mod cli;
+pub mod model;
+pub mod oracle;
+pub mod policy;
+pub mod run;
+pub mod suite;
+pub mod svg;
+pub mod trace;
+pub mod workload;
+
+use serde::Serialize;
+
+use self::{
+    baselines::{
+        damon::Damon, hemem::HeMem, memtis::Memtis, static_place::StaticPlacement, tpp::Tpp,
+    },
+    model::Preset,
+    oracle::Oracle,
+    policy::{EnginePolicy, EngineVariant, SimPolicy},
+    run::{BATCH, SimConfig},
+    trace::{TraceError, TraceSpec},
+};
+use memtide_core::units::Granularity;
+
+/// Policies of `memtide sim --policy`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum PolicyName {
+    Memtide,
+    Oracle,
+    NoMigration,
+    Interleave,
+    BwAware,
+    #[value(name = "static-4k")]
+    #[serde(rename = "static-4k")]
+    Static4k,
+    #[value(name = "static-64k")]
+    #[serde(rename = "static-64k")]
+    Static64k,
+    #[value(name = "static-2m")]
+    #[serde(rename = "static-2m")]
+    Static2m,
+    Tpp,
+    Hemem,
+    Memtis,
+    Damon,
+}
+
+impl PolicyName {
+    pub const ALL: [Self; 12] = [
+        Self::Memtide,
+        Self::Oracle,
+        Self::NoMigration,
+        Self::Interleave,
+        Self::BwAware,
+        Self::Static4k,
+        Self::Static64k,
+        Self::Static2m,
+        Self::Tpp,
+        Self::Hemem,
+        Self::Memtis,
+        Self::Damon,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Memtide => "memtide",
+            Self::Oracle => "oracle",
+            Self::NoMigration => "no-migration",
+            Self::Interleave => "interleave",
+            Self::BwAware => "bw-aware",
+            Self::Static4k => "static-4k",
+            Self::Static64k => "static-64k",
+            Self::Static2m => "static-2m",
+            Self::Tpp => "tpp",
+            Self::Hemem => "hemem",
+            Self::Memtis => "memtis",
+            Self::Damon => "damon",
+        }
+    }
+}
+
+/// Errors of the simulator.
+#[derive(Debug, thiserror::Error)]
+pub enum SimError {
+    #[error(transparent)]
+    Trace(#[from] TraceError),
+    #[error("engine configuration: {0}")]
+    Config(#[from] memtide_core::policy::ConfigError),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Oracle epoch: 1 s of simulated time (the engine's initial epoch), in whole batches.
+#[must_use]
+pub fn oracle_window(record_weight: u32, cfg: &SimConfig) -> u64 {
+    let per_record_ns = f64::from(record_weight) * cfg.access_ns;
+    let records = (1e9 / per_record_ns) as u64;
+    (records / BATCH as u64).max(1) * BATCH as u64
+}
+
+/// Builds a policy. `fast_capacity_bytes` and the trace are needed by the oracle only.
+pub fn make_policy(
+    name: PolicyName,
+    preset: &Preset,
+    spec: &dyn TraceSpec,
+    cfg: &SimConfig,
+    fast_capacity_bytes: u64,
+) -> Result<Box<dyn SimPolicy>, SimError> {
+    Ok(match name {
+        PolicyName::Memtide => Box::new(EnginePolicy::new(preset, EngineVariant::Adaptive)?),
+        PolicyName::Static4k => Box::new(EnginePolicy::new(
+            preset,
+            EngineVariant::StaticGranularity(Granularity::KIB_4),
+        )?),
+        PolicyName::Static64k => Box::new(EnginePolicy::new(
+            preset,
+            EngineVariant::StaticGranularity(Granularity::KIB_64),
+        )?),
+        PolicyName::Static2m => Box::new(EnginePolicy::new(
+            preset,
+            EngineVariant::StaticGranularity(Granularity::MIB_2),
+        )?),
+        PolicyName::NoMigration => Box::new(StaticPlacement::first_touch()),
+        PolicyName::Interleave => Box::new(StaticPlacement::interleave()),
+        PolicyName::BwAware => Box::new(StaticPlacement::bw_aware(preset)),
+        PolicyName::Tpp => Box::new(Tpp::default()),
+        PolicyName::Hemem => Box::new(HeMem::default()),
+        PolicyName::Memtis => Box::new(Memtis::default()),
+        PolicyName::Damon => Box::new(Damon::default()),
+        PolicyName::Oracle => {
+            let weight = spec.open()?.meta().record_weight;
+            Box::new(Oracle::new(
+                spec,
+                oracle_window(weight, cfg),
+                fast_capacity_bytes,
+            )?)
+        }
+    })
+}
+
+/// Measures the footprint once, builds the policy and replays the trace.
+pub fn simulate(
+    spec: &dyn TraceSpec,
+    name: PolicyName,
+    cfg: &SimConfig,
+) -> Result<run::SimResult, SimError> {
+    let mut cfg = cfg.clone();
+    let fp = match cfg.footprint {
+        Some(f) => f,
+        None => run::measure_footprint(spec)?,
+    };
+    cfg.footprint = Some(fp);
+    let cap = run::fast_bytes(&cfg, fp);
+    let mut policy = make_policy(name, &cfg.preset, spec, &cfg, cap)?;
+    Ok(run::run(spec, &mut *policy, &cfg)?)
+}

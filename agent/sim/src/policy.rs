@@ -1,0 +1,194 @@
+//! The policies the simulator compares, behind one trait.
+//!
+//! [`EnginePolicy`] drives the daemon's own [`Engine`] (no second copy of the policy): `memtide`
+//! is its default configuration; `static-4k/64k/2m` pin the granularity
+//! (`granularity.fixed`) and `epoch-<ms>` pin the epoch (`epoch.adaptive = false`). Everything
+//! else is in [`super::baselines`] and [`super::oracle`].
+
+use std::time::Duration;
+
+use serde::Serialize;
+
+use super::{
+    model::{Preset, TierModel},
+    trace::TraceRecord,
+};
+use memtide_core::{
+    engine::{Engine, EngineConfig, Sample},
+    units::{Direction, Granularity, PAGE_SIZE, Tier},
+};
+
+/// What the runner tells a policy at each step.
+#[derive(Clone, Copy, Debug)]
+pub struct Clock {
+    /// Simulated time.
+    pub now: Duration,
+    /// Records replayed so far.
+    pub records: u64,
+}
+
+/// A placement policy under simulation.
+pub trait SimPolicy: Send {
+    fn name(&self) -> String;
+
+    /// Tier of a superpage at its first touch (THP: the whole 2 MiB). Default: first touch.
+    fn place(&mut self, sp: u64, model: &TierModel) -> Tier {
+        let _ = sp;
+        model.first_touch()
+    }
+
+    /// The records of the last batch (every access: page-table based policies see them through
+    /// hint faults and accessed bits) and the PEBS-like samples drawn from them.
+    fn observe(
+        &mut self,
+        batch: &[TraceRecord],
+        samples: &[Sample],
+        model: &TierModel,
+        clock: Clock,
+    );
+
+    /// Called after every batch: migrate whatever the policy decides now.
+    fn step(&mut self, clock: Clock, model: &mut TierModel);
+
+    /// Policy-specific figures for the report (final granularity, epoch...).
+    fn info(&self) -> serde_json::Value {
+        serde_json::Value::Null
+    }
+}
+
+/// Engine configuration for a preset: the benefit rule gets the platform's migration costs
+/// (latencies and bandwidths come through the capacity view).
+#[must_use]
+pub fn engine_config(preset: &Preset) -> EngineConfig {
+    let mut cfg = EngineConfig::default();
+    let b = &mut cfg.policy.benefit;
+    b.fast_read_ns = preset.fast_read_ns;
+    b.fast_write_ns = preset.fast_write_ns;
+    b.slow_read_ns = preset.slow_read_ns;
+    b.slow_write_ns = preset.slow_write_ns;
+    b.migrate_op_ns = preset.shootdown_ns;
+    b.migrate_page_ns = preset.copy_ns(PAGE_SIZE);
+    b.writeback_page_ns = preset.copy_ns(PAGE_SIZE);
+    cfg.policy.bandwidth.fast_gbps = preset.fast_gbps;
+    cfg.policy.bandwidth.slow_gbps = preset.slow_gbps;
+    cfg
+}
+
+/// The daemon's engine and planner, applied to the tier model.
+pub struct EnginePolicy {
+    name: String,
+    engine: Engine,
+    plans: u64,
+    last_granularity: u64,
+    epochs_ms: Vec<u64>,
+}
+
+/// Variants of the engine the suite runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub enum EngineVariant {
+    Adaptive,
+    StaticGranularity(Granularity),
+    FixedEpochMs(u64),
+}
+
+impl EnginePolicy {
+    pub fn new(
+        preset: &Preset,
+        variant: EngineVariant,
+    ) -> Result<Self, memtide_core::policy::ConfigError> {
+        let mut cfg = engine_config(preset);
+        let name = match variant {
+            EngineVariant::Adaptive => "memtide".to_owned(),
+            EngineVariant::StaticGranularity(g) => {
+                cfg.policy.granularity.initial = g;
+                cfg.policy.granularity.fixed = true;
+                match g.bytes() {
+                    4096 => "static-4k".to_owned(),
+                    65536 => "static-64k".to_owned(),
+                    b if b == 2 << 20 => "static-2m".to_owned(),
+                    b => format!("static-{}k", b >> 10),
+                }
+            }
+            EngineVariant::FixedEpochMs(ms) => {
+                cfg.policy.epoch.adaptive = false;
+                cfg.policy.epoch.initial_ms = ms;
+                cfg.policy.epoch.min_ms = cfg.policy.epoch.min_ms.min(ms);
+                cfg.policy.epoch.max_ms = cfg.policy.epoch.max_ms.max(ms);
+                format!("epoch-{ms}ms")
+            }
+        };
+        Ok(Self {
+            name,
+            engine: Engine::new(cfg)?,
+            plans: 0,
+            last_granularity: 0,
+            epochs_ms: Vec::new(),
+        })
+    }
+}
+
+impl SimPolicy for EnginePolicy {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, clock: Clock) {
+        self.engine.observe_samples(samples, clock.now);
+    }
+
+    fn step(&mut self, clock: Clock, model: &mut TierModel) {
+        let due = self
+            .engine
+            .next_plan_at()
+            .unwrap_or_else(|| self.engine.epoch());
+        if clock.now < due {
+            return;
+        }
+        let plan = self.engine.plan(clock.now, &*model, &model.capacity());
+        self.plans += 1;
+        self.last_granularity = plan.granularity.bytes();
+        let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+        tracing::debug!(
+            at_ms = ms(clock.now),
+            promote_bytes = plan.promote_bytes,
+            demote_bytes = plan.demote_bytes,
+            would_promote_bytes = plan.would_promote_bytes,
+            room = plan.promote_room,
+            moves = plan.moves.len(),
+            granularity = plan.granularity.bytes(),
+            next_epoch_ms = ms(plan.epoch),
+            epoch_change = ?plan.epoch_change,
+            "{}: plan",
+            self.name
+        );
+        if self.epochs_ms.len() < 4096 {
+            self.epochs_ms.push(ms(plan.epoch));
+        }
+        let now_ms = u32::try_from(clock.now.as_millis()).unwrap_or(u32::MAX);
+        // Demotions first, so the promotions find their room.
+        for dir in [Direction::Demote, Direction::Promote] {
+            for m in plan.moves.iter().filter(|m| m.direction == dir) {
+                let to = if dir == Direction::Promote {
+                    Tier::Fast
+                } else {
+                    Tier::Slow
+                };
+                model.migrate(m.start, m.len, to, m.granularity.bytes(), now_ms);
+            }
+        }
+    }
+
+    fn info(&self) -> serde_json::Value {
+        let mean_epoch = if self.epochs_ms.is_empty() {
+            0.0
+        } else {
+            self.epochs_ms.iter().sum::<u64>() as f64 / self.epochs_ms.len() as f64
+        };
+        serde_json::json!({
+            "plans": self.plans,
+            "final_granularity_bytes": self.last_granularity,
+            "final_epoch_ms": self.engine.epoch().as_millis() as u64,
+            "mean_epoch_ms": mean_epoch,
+        })
+    }
+}

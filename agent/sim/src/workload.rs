@@ -1,0 +1,526 @@
+//! Synthetic workloads after digest §6.5, deterministic from a seed.
+//!
+//! Each generator emits a post-cache (LLC-miss) stream sampled 1 in [`RECORD_WEIGHT`]: a record
+//! stands for `RECORD_WEIGHT` misses, so a sequential sweep advances `RECORD_WEIGHT` cache lines
+//! per record. Hot sets are sized against the footprint `F` so that they matter at the suite's
+//! fast-tier ratio (25 %). Addresses start at [`BASE`].
+
+use serde::Serialize;
+
+use super::trace::{RecordSource, TraceError, TraceMeta, TraceRecord};
+use memtide_core::{
+    engine::testgen::SplitMix64,
+    units::{PAGE_SIZE, SUPERPAGE_SIZE},
+};
+
+/// First address of every generated footprint (2 MiB aligned).
+pub const BASE: u64 = 0x7f00_0000_0000 & ((1 << 47) - 1);
+/// Misses one generated record stands for.
+pub const RECORD_WEIGHT: u32 = 32;
+const LINE: u64 = 64;
+/// Memory-level parallelism declared by the bandwidth-bound workload (GPU-like, BW-AWARE).
+pub const MLP_BANDWIDTH_BOUND: u32 = 1024;
+
+/// Workloads of `memtide gen`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Workload {
+    /// Blocked stream triad: sweeps a window of F/8 (dense 2 MiB regions) for several passes,
+    /// then moves on (stream, lulesh; Ryoo: 2 MiB-preferring).
+    Stream,
+    /// Uniform random 8 B read-modify-write over F (gups, xsbench).
+    Gups,
+    /// GUPS with 70 % of updates on scattered hot 4 KiB pages (F/32 of them): sparse hotness.
+    GupsHotset,
+    /// As gups-hotset, but the hot pages move to new random pages every 1/8 of the trace.
+    GupsMovingHotset,
+    /// Key-value store: Zipf(0.99) key popularity over 256 B items in a hashed table, 90 %
+    /// gets, hot keys drifting every 1/10 of the trace (Memcached/Redis-like).
+    ZipfKv,
+    /// 70 % of accesses on random hot 64 KiB blocks, 12 of 16 pages each (graph500, mg, minife).
+    #[value(name = "clustered-64k")]
+    #[serde(rename = "clustered-64k")]
+    Clustered64k,
+    /// Rainbow's sparse-hot superpages: hot superpages with 1–32 hot 4 KiB pages carrying 70 %.
+    SparseSuperpage,
+    /// Groups of pages revisited at a fixed reuse distance of 1/6 of the trace (backprop, kmeans).
+    StridedReuse,
+    /// Sequential traversals whose upper bound shrinks from F to F/10 (lud).
+    Shrinking,
+    /// pagerank-like: 13.5 % of pages active in ≥ 3/4 of periods, 22 % in about half, rest rare.
+    Oscillating,
+    /// Address-segregated regions: a write-heavy hot region and a read-heavy hot region (Memos).
+    RwMix,
+    /// Eight concurrent streams with high memory-level parallelism (bandwidth-bound).
+    BwMultistream,
+    /// A dependent pointer chase over a random cyclic permutation (latency-bound).
+    PointerChase,
+    /// Phases alternating a sparse-random phase and a streaming phase on separate data (cg, ua).
+    Phases,
+}
+
+impl Workload {
+    pub const ALL: [Self; 14] = [
+        Self::Stream,
+        Self::Gups,
+        Self::GupsHotset,
+        Self::GupsMovingHotset,
+        Self::ZipfKv,
+        Self::Clustered64k,
+        Self::SparseSuperpage,
+        Self::StridedReuse,
+        Self::Shrinking,
+        Self::Oscillating,
+        Self::RwMix,
+        Self::BwMultistream,
+        Self::PointerChase,
+        Self::Phases,
+    ];
+
+    #[must_use]
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Stream => "stream",
+            Self::Gups => "gups",
+            Self::GupsHotset => "gups-hotset",
+            Self::GupsMovingHotset => "gups-moving-hotset",
+            Self::ZipfKv => "zipf-kv",
+            Self::Clustered64k => "clustered-64k",
+            Self::SparseSuperpage => "sparse-superpage",
+            Self::StridedReuse => "strided-reuse",
+            Self::Shrinking => "shrinking",
+            Self::Oscillating => "oscillating",
+            Self::RwMix => "rw-mix",
+            Self::BwMultistream => "bw-multistream",
+            Self::PointerChase => "pointer-chase",
+            Self::Phases => "phases",
+        }
+    }
+
+    #[must_use]
+    pub const fn mlp(self) -> u32 {
+        match self {
+            Self::BwMultistream => MLP_BANDWIDTH_BOUND,
+            Self::Stream | Self::Shrinking => 8,
+            Self::PointerChase => 1,
+            _ => 2,
+        }
+    }
+}
+
+/// Parameters of one generated trace.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+pub struct GenSpec {
+    pub workload: Workload,
+    /// Bytes (rounded down to 2 MiB, at least 16 MiB).
+    pub footprint: u64,
+    pub records: u64,
+    pub seed: u64,
+}
+
+impl GenSpec {
+    #[must_use]
+    pub fn footprint(&self) -> u64 {
+        (self.footprint / SUPERPAGE_SIZE).max(8) * SUPERPAGE_SIZE
+    }
+}
+
+impl super::trace::TraceSpec for GenSpec {
+    fn name(&self) -> String {
+        self.workload.name().to_owned()
+    }
+
+    fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
+        Ok(Box::new(Generator::new(*self)))
+    }
+}
+
+/// A streaming generator (a [`RecordSource`]).
+pub struct Generator {
+    spec: GenSpec,
+    meta: TraceMeta,
+    rng: SplitMix64,
+    i: u64,
+    pages: u64,
+    /// Hot pages (page numbers) or hot blocks, per workload.
+    hot: Vec<u64>,
+    cursor: u64,
+    pending: Option<TraceRecord>,
+}
+
+fn distinct(rng: &mut SplitMix64, k: u64, n: u64) -> Vec<u64> {
+    let mut set = std::collections::BTreeSet::new();
+    while (set.len() as u64) < k.min(n) {
+        set.insert(rng.below(n));
+    }
+    set.into_iter().collect()
+}
+
+impl Generator {
+    #[must_use]
+    pub fn new(spec: GenSpec) -> Self {
+        let footprint = spec.footprint();
+        let mut g = Self {
+            spec: GenSpec { footprint, ..spec },
+            meta: TraceMeta {
+                record_weight: RECORD_WEIGHT,
+                mlp: spec.workload.mlp(),
+                footprint_hint: footprint,
+            },
+            rng: SplitMix64::new(spec.seed ^ 0x6d65_6d74_6964_6500),
+            i: 0,
+            pages: footprint / PAGE_SIZE,
+            hot: Vec::new(),
+            cursor: 0,
+            pending: None,
+        };
+        g.reset_hot();
+        g
+    }
+
+    fn reset_hot(&mut self) {
+        let pages = self.pages;
+        self.hot = match self.spec.workload {
+            Workload::GupsHotset | Workload::GupsMovingHotset => {
+                distinct(&mut self.rng, pages / 32, pages)
+            }
+            Workload::Phases => distinct(&mut self.rng, pages / 64, pages / 2),
+            Workload::Clustered64k => {
+                // F/64 of hot pages in 64 KiB blocks, 12 of 16 pages each.
+                let blocks = (pages / 16 / 48).max(4);
+                let mut hot = Vec::new();
+                for b in distinct(&mut self.rng, blocks, pages / 16) {
+                    for p in distinct(&mut self.rng, 12, 16) {
+                        hot.push(b * 16 + p);
+                    }
+                }
+                hot
+            }
+            Workload::SparseSuperpage => {
+                // Half the superpages are hot, each with 1–32 hot pages (Rainbow's GUPS row).
+                let sps = pages / 512;
+                let mut hot = Vec::new();
+                for sp in distinct(&mut self.rng, sps / 2, sps) {
+                    let n = 1 + self.rng.below(32);
+                    for p in distinct(&mut self.rng, n, 512) {
+                        hot.push(sp * 512 + p);
+                    }
+                }
+                hot
+            }
+            Workload::Oscillating => {
+                // A random permutation prefix: first 13.5 % always active, next 22 % sometimes.
+                let n = pages * 355 / 1000;
+                distinct(&mut self.rng, n, pages)
+            }
+            Workload::RwMix => Vec::new(),
+            _ => Vec::new(),
+        };
+        // Interleave the order of hot pages deterministically (the sets above are sorted).
+        let len = self.hot.len();
+        for i in (1..len).rev() {
+            let j = self.rng.below(i as u64 + 1) as usize;
+            self.hot.swap(i, j);
+        }
+    }
+
+    fn addr(&self, page: u64, off: u64) -> u64 {
+        BASE + (page % self.pages) * PAGE_SIZE + ((off % PAGE_SIZE) & !7)
+    }
+
+    fn rand_off(&mut self) -> u64 {
+        self.rng.below(PAGE_SIZE / 8) * 8
+    }
+
+    fn uniform(&mut self) -> u64 {
+        let p = self.rng.below(self.pages);
+        let o = self.rand_off();
+        self.addr(p, o)
+    }
+
+    fn hot_or_uniform(&mut self, share: f64) -> u64 {
+        if !self.hot.is_empty() && self.rng.unit() < share {
+            let p = self.hot[self.rng.below(self.hot.len() as u64) as usize];
+            let o = self.rand_off();
+            self.addr(p, o)
+        } else {
+            self.uniform()
+        }
+    }
+
+    /// Sequential sweep position `k` (in records) over `[start, start + len)` bytes.
+    fn sweep(&self, start: u64, len: u64, k: u64) -> u64 {
+        let step = LINE * u64::from(RECORD_WEIGHT);
+        let n = (len / step).max(1);
+        BASE + start + (k % n) * step
+    }
+
+    fn next_record(&mut self) -> TraceRecord {
+        if let Some(r) = self.pending.take() {
+            return r;
+        }
+        let (n, i, f) = (self.spec.records.max(1), self.i, self.pages * PAGE_SIZE);
+        let rmw = |g: &mut Self, a: u64| {
+            g.pending = Some(TraceRecord::store(a));
+            TraceRecord::load(a)
+        };
+        match self.spec.workload {
+            Workload::Stream => {
+                // Triad over three arrays of the current window: a[i] = b[i] + s*c[i].
+                let window = f / 8;
+                let third = window / 3 / SUPERPAGE_SIZE * SUPERPAGE_SIZE;
+                let per_window = (n / 12).max(1);
+                let w = (i / per_window) % 8;
+                let k = self.cursor;
+                self.cursor += 1;
+                let j = k / 3;
+                let arr = k % 3;
+                let a = self.sweep(w * window + arr * third, third, j);
+                if arr == 0 {
+                    TraceRecord::store(a)
+                } else {
+                    TraceRecord::load(a)
+                }
+            }
+            Workload::Gups => {
+                let a = self.uniform();
+                rmw(self, a)
+            }
+            Workload::GupsHotset => {
+                let a = self.hot_or_uniform(0.7);
+                rmw(self, a)
+            }
+            Workload::GupsMovingHotset => {
+                if i > 0 && i % (n / 8).max(1) == 0 {
+                    self.reset_hot();
+                }
+                let a = self.hot_or_uniform(0.7);
+                rmw(self, a)
+            }
+            Workload::ZipfKv => {
+                let items = f / 256;
+                let rank = zipf(&mut self.rng, items, 0.99);
+                let drift = (i / (n / 10).max(1)) * (items / 7);
+                let key = (rank + drift) % items;
+                // Hashed slot: a bijection of the key space (odd multiplier, power-of-two size).
+                let slots = 1u64 << (63 - items.max(1).leading_zeros());
+                let slot = key.wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1) % slots.max(1);
+                let a = BASE + slot * 256 + self.rng.below(4) * LINE;
+                if self.rng.unit() < 0.1 {
+                    TraceRecord::store(a)
+                } else {
+                    TraceRecord::load(a)
+                }
+            }
+            Workload::Clustered64k | Workload::SparseSuperpage => {
+                let a = self.hot_or_uniform(0.7);
+                if self.rng.unit() < 0.2 {
+                    TraceRecord::store(a)
+                } else {
+                    TraceRecord::load(a)
+                }
+            }
+            Workload::StridedReuse => {
+                // 12 groups of F/24 each visited in turn, one sequential pass per visit; the
+                // whole cycle repeats every n/6 records (reuse distance), 6 cycles per trace.
+                let groups = 12;
+                let cycle = (n / 6).max(groups);
+                let g = (i % cycle) * groups / cycle;
+                let k = i % (cycle / groups);
+                let len = f / 24;
+                TraceRecord::load(self.sweep(g * len * 2, len, k))
+            }
+            Workload::Shrinking => {
+                let frac = 1.0 - 0.9 * (i as f64 / n as f64);
+                let len = ((f as f64 * frac) as u64).max(SUPERPAGE_SIZE);
+                let k = self.cursor;
+                self.cursor += 1;
+                let a = self.sweep(0, len, k);
+                if k.is_multiple_of(4) {
+                    TraceRecord::store(a)
+                } else {
+                    TraceRecord::load(a)
+                }
+            }
+            Workload::Oscillating => {
+                let periods = 16;
+                let period = i * periods / n;
+                let always = (self.pages * 135 / 1000) as usize;
+                let r = self.rng.unit();
+                let page = if r < 0.55 {
+                    self.hot[self.rng.below(always as u64) as usize]
+                } else if r < 0.9 {
+                    // The half of the middle class that is active this period.
+                    let mid = self.hot.len() - always;
+                    loop {
+                        let j = self.rng.below(mid as u64);
+                        if (j + period).is_multiple_of(2) {
+                            break self.hot[always + j as usize];
+                        }
+                    }
+                } else {
+                    self.rng.below(self.pages)
+                };
+                let o = self.rand_off();
+                TraceRecord::load(self.addr(page, o))
+            }
+            Workload::RwMix => {
+                // [0, F/8): write-heavy hot region; [F/8, 3F/8): read-heavy hot region.
+                let r = self.rng.unit();
+                let o = self.rand_off();
+                if r < 0.4 {
+                    let p = self.rng.below(self.pages / 8);
+                    let a = self.addr(p, o);
+                    if self.rng.unit() < 0.9 {
+                        TraceRecord::store(a)
+                    } else {
+                        TraceRecord::load(a)
+                    }
+                } else if r < 0.85 {
+                    let p = self.pages / 8 + self.rng.below(self.pages / 4);
+                    TraceRecord::load(self.addr(p, o))
+                } else {
+                    let p = self.rng.below(self.pages);
+                    TraceRecord::load(self.addr(p, o))
+                }
+            }
+            Workload::BwMultistream => {
+                let streams = 8;
+                let s = i % streams;
+                let k = i / streams;
+                let a = self.sweep(s * (f / streams), f / streams, k);
+                if s == 0 {
+                    TraceRecord::store(a)
+                } else {
+                    TraceRecord::load(a)
+                }
+            }
+            Workload::PointerChase => {
+                // Full-period LCG over the lines of the footprint: a random cyclic chase.
+                let lines = (f / LINE).next_power_of_two() / 2;
+                self.cursor = (self
+                    .cursor
+                    .wrapping_mul(6_364_136_223_846_793_005)
+                    .wrapping_add(1_442_695_040_888_963_407))
+                    % lines;
+                TraceRecord::load(BASE + self.cursor * LINE)
+            }
+            Workload::Phases => {
+                // Eight phases: even ones sparse-random on the first half, odd ones a stream
+                // over a window of the second half.
+                let phase = i * 8 / n;
+                if phase % 2 == 0 {
+                    let a = self.hot_or_uniform(0.8);
+                    let page = (a - BASE) / PAGE_SIZE % (self.pages / 2);
+                    let o = self.rand_off();
+                    let a = self.addr(page, o);
+                    rmw(self, a)
+                } else {
+                    let k = self.cursor;
+                    self.cursor += 1;
+                    let window = f / 8;
+                    TraceRecord::load(self.sweep(f / 2 + (phase / 2 % 4) * window, window, k))
+                }
+            }
+        }
+    }
+}
+
+/// Zipf(s) rank in `0..n` by inverting the continuous approximation of the CDF.
+fn zipf(rng: &mut SplitMix64, n: u64, s: f64) -> u64 {
+    let u = rng.unit();
+    let e = 1.0 - s;
+    let x = (u * ((n as f64).powf(e) - 1.0) + 1.0).powf(1.0 / e);
+    (x as u64).saturating_sub(1).min(n - 1)
+}
+
+impl RecordSource for Generator {
+    fn meta(&self) -> &TraceMeta {
+        &self.meta
+    }
+
+    fn fill(&mut self, out: &mut Vec<TraceRecord>, max: usize) -> Result<usize, TraceError> {
+        let left = self.spec.records - self.i;
+        let take = left.min(max as u64);
+        for _ in 0..take {
+            let r = self.next_record();
+            out.push(r);
+            self.i += 1;
+        }
+        Ok(take as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::{HashMap, HashSet};
+
+    use super::*;
+    use crate::trace::read_all;
+
+    fn gen_all(w: Workload, records: u64) -> Vec<TraceRecord> {
+        let spec = GenSpec {
+            workload: w,
+            footprint: 64 << 20,
+            records,
+            seed: 3,
+        };
+        read_all(&mut Generator::new(spec)).unwrap()
+    }
+
+    #[test]
+    fn deterministic_and_in_range() {
+        for w in Workload::ALL {
+            let a = gen_all(w, 5000);
+            assert_eq!(a, gen_all(w, 5000), "{w:?}");
+            assert_eq!(a.len(), 5000);
+            assert!(
+                a.iter()
+                    .all(|r| (BASE..BASE + (64 << 20)).contains(&r.addr)),
+                "{w:?} out of range"
+            );
+        }
+    }
+
+    #[test]
+    fn shapes() {
+        // Streaming touches every page of its window densely; gups-hotset concentrates 70 %.
+        let s = gen_all(Workload::Stream, 120_000);
+        let pages: HashSet<u64> = s.iter().map(|r| r.addr >> 12).collect();
+        let sps: HashSet<u64> = s.iter().map(|r| r.addr >> 21).collect();
+        assert!(
+            pages.len() as u64 >= sps.len() as u64 * 500,
+            "dense 2 MiB regions"
+        );
+        let g = gen_all(Workload::GupsHotset, 40_000);
+        let mut counts: HashMap<u64, u32> = HashMap::new();
+        for r in &g {
+            *counts.entry(r.addr >> 12).or_default() += 1;
+        }
+        let mut v: Vec<u32> = counts.into_values().collect();
+        v.sort_unstable_by(|a, b| b.cmp(a));
+        let top: u32 = v.iter().take(512).sum();
+        assert!(f64::from(top) / 40_000.0 > 0.6, "hot share {top}");
+        // RMW: every load is followed by a store to the same address.
+        assert_eq!(g[0].addr, g[1].addr);
+        assert!(g[1].is_write() && !g[0].is_write());
+        // rw-mix: most stores fall in the first eighth.
+        let m = gen_all(Workload::RwMix, 20_000);
+        let w: Vec<_> = m.iter().filter(|r| r.is_write()).collect();
+        assert!(w.iter().all(|r| r.addr < BASE + (8 << 20)));
+        // Pointer chase visits distinct lines (a permutation cycle).
+        let p = gen_all(Workload::PointerChase, 10_000);
+        let lines: HashSet<u64> = p.iter().map(|r| r.addr).collect();
+        assert_eq!(lines.len(), 10_000);
+    }
+
+    #[test]
+    fn zipf_is_skewed() {
+        let mut rng = SplitMix64::new(1);
+        let n = 1_000_000;
+        let top = (0..100_000)
+            .filter(|_| zipf(&mut rng, n, 0.99) < 1000)
+            .count();
+        assert!(top > 30_000 && top < 70_000, "{top}");
+    }
+}
