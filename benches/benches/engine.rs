@@ -6,11 +6,10 @@ use std::{collections::HashMap, hint::black_box, time::Duration};
 
 use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use memtide_core::{
-    engine::{
-        AccessKind, Engine, EngineConfig, Sample,
-        testgen::{Pattern, SplitMix64, TraceGen},
-    },
+    engine::{AccessKind, Engine, EngineConfig, Sample, domain::MEMOS_READ_WRITE_RATIO},
     policy::{CapacityView, PlacementView, TierCost},
+    testgen::{Pattern, SplitMix64, TraceGen},
+    tiering::{Tiering, TieringConfig},
     units::{Residency, SUPERPAGE_SIZE, Tier},
 };
 
@@ -74,15 +73,19 @@ fn skewed_64gib(n: usize) -> Vec<Sample> {
     g.interval(n)
 }
 
-/// An engine that has seen every superpage of 1 TiB, with N = 1000 stage-2 superpages.
-fn engine_1tib() -> Engine {
-    let cfg = EngineConfig {
-        top_n: 1000,
-        top_n_max: 1000,
-        adapt_top_n: false,
-        ..EngineConfig::default()
+/// A target's engine and planner whose engine has seen every superpage of 1 TiB, with N = 1000
+/// stage-2 superpages.
+fn engine_1tib() -> Tiering {
+    let cfg = TieringConfig {
+        engine: EngineConfig {
+            top_n: 1000,
+            top_n_max: 1000,
+            adapt_top_n: false,
+            ..EngineConfig::default()
+        },
+        ..TieringConfig::default()
     };
-    let mut e = Engine::new(cfg).expect("valid config");
+    let mut e = Tiering::new(cfg).expect("valid config");
     let mut rng = SplitMix64::new(1);
     let all: Vec<Sample> = (0..SUPERPAGES_1TIB)
         .map(|sp| Sample {
@@ -109,7 +112,8 @@ fn ingest(c: &mut Criterion) {
         ("uniform_1tib", uniform_1tib(BATCH)),
         ("skewed_64gib", skewed_64gib(BATCH)),
     ] {
-        let mut e = Engine::new(EngineConfig::default()).expect("valid config");
+        let mut e =
+            Engine::new(EngineConfig::default(), MEMOS_READ_WRITE_RATIO).expect("valid config");
         // Warm: every superpage known, stage 2 selected; later batches stay in one interval.
         e.observe_samples(&samples, Duration::ZERO);
         e.tick(Duration::from_millis(50));

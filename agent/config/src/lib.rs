@@ -13,7 +13,7 @@ use std::{
 
 use serde::{Deserialize, Serialize};
 
-use memtide_core::engine::EngineConfig;
+use memtide_core::tiering::TieringConfig;
 use memtide_host::{
     exec::{ExecConfig, coexist::CoexistMode},
     targets::select::{Exclude, NamePattern, Selection, Selector},
@@ -45,7 +45,7 @@ pub struct Config {
     /// reserve, retries, huge-page handling.
     pub migration: ExecConfig,
     /// Hotness engine and placement policy (see `agent/core/src/engine` and `agent/core/src/policy`).
-    pub engine: EngineConfig,
+    pub engine: TieringConfig,
     /// The API server, for `[targets] pod_selector`.
     pub kubernetes: KubeConfig,
 }
@@ -552,6 +552,23 @@ mod tests {
     fn nested_engine_keys_are_strict_too() {
         let error = parse("[engine]\ninterval_msec = 5\n").unwrap_err();
         assert!(error.to_string().contains("interval_msec"), "{error}");
+        // The engine's keys and the policy's table share `[engine]`: errors still point at the
+        // key they are about.
+        let error = parse("[engine]\ntop_n = 4\ninterval_msec = 5\n").unwrap_err();
+        assert!(error.to_string().starts_with("test.toml:3:1:"), "{error}");
+        let error = parse("[engine]\ninterval_ms = \"x\"\n").unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.starts_with("test.toml:2:") && text.contains("key `engine.interval_ms`"),
+            "{text}"
+        );
+        let error = parse("[engine.policy]\nnope = 1\n").unwrap_err();
+        assert!(error.to_string().starts_with("test.toml:2:1:"), "{error}");
+        let config = parse("[engine]\ntop_n = 4\n[engine.policy.rw]\nwindow = 5\n").unwrap();
+        assert_eq!(
+            (config.engine.engine.top_n, config.engine.policy.rw.window),
+            (4, 5)
+        );
     }
 
     #[test]

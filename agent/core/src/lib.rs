@@ -6,8 +6,13 @@
 //!   pages of the hottest), with Memos' read/write domains;
 //! - [`policy`]: the planner that turns a read-only view of that hotness into a plan of moves
 //!   (granularity, epoch, benefit, bandwidth, capacity);
+//! - [`tiering`]: one target's engine and planner, run in the order the daemon and the
+//!   simulator share;
 //! - [`ingest`]: the router that decodes ring records and batches them per target, at the top
-//!   of the sample path;
+//!   of the sample path.
+//!
+//! [`validate`] holds the range checks of every tunable; [`testgen`] the seeded generators and
+//! the small tier model that tests, benches and the simulator use.
 //!
 //! The daemon and the simulator feed it samples and a clock and apply its plans; nothing here
 //! makes a system call, reads a file or the wall clock, or draws a random number.
@@ -16,4 +21,7 @@
 pub mod engine;
 pub mod ingest;
 pub mod policy;
+pub mod testgen;
+pub mod tiering;
 pub mod units;
+pub mod validate;

@@ -5,7 +5,10 @@
 use std::time::Duration;
 
 use memtide_common::AccessKind;
-use memtide_core::engine::{Engine, EngineConfig, Sample, testgen::SplitMix64};
+use memtide_core::{
+    engine::{Engine, EngineConfig, Sample, domain::MEMOS_READ_WRITE_RATIO},
+    testgen::SplitMix64,
+};
 
 const TIB: u64 = 1 << 40;
 
@@ -43,7 +46,7 @@ fn a_sparse_terabyte_storm_keeps_rss_under_the_cap() {
         ..EngineConfig::default()
     };
     let before = rss_bytes();
-    let mut engine = Engine::new(config).expect("engine");
+    let mut engine = Engine::new(config, MEMOS_READ_WRITE_RATIO).expect("engine");
     // 1 Mi samples: almost every one on a superpage never seen before (512 Ki of them).
     storm(&mut engine, 256);
     let capped_growth = rss_bytes().saturating_sub(before);
@@ -64,7 +67,8 @@ fn a_sparse_terabyte_storm_keeps_rss_under_the_cap() {
     drop(engine);
 
     let before = rss_bytes();
-    let mut unlimited = Engine::new(EngineConfig::default()).expect("engine");
+    let mut unlimited =
+        Engine::new(EngineConfig::default(), MEMOS_READ_WRITE_RATIO).expect("engine");
     storm(&mut unlimited, 256);
     let unlimited_growth = rss_bytes().saturating_sub(before);
     eprintln!(

@@ -99,7 +99,7 @@ pub enum SimError {
     #[error(transparent)]
     Trace(#[from] TraceError),
     #[error("engine configuration: {0}")]
-    Config(#[from] memtide_core::policy::ConfigError),
+    Config(#[from] memtide_core::validate::ConfigError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -1,6 +1,7 @@
 //! The policies the simulator compares, behind one trait.
 //!
-//! [`EnginePolicy`] drives the daemon's own [`Engine`] (no second copy of the policy): `memtide`
+//! [`EnginePolicy`] drives the daemon's own [`Tiering`] (engine and planner, no second copy of
+//! the policy): `memtide`
 //! is its default configuration; `static-4k/64k/2m` pin the granularity
 //! (`granularity.fixed`) and `epoch-<ms>` pin the epoch (`epoch.adaptive = false`). Everything
 //! else is in [`super::baselines`] and [`super::oracle`].
@@ -14,7 +15,8 @@ use super::{
     trace::TraceRecord,
 };
 use memtide_core::{
-    engine::{Engine, EngineConfig, Sample},
+    engine::Sample,
+    tiering::{Tiering, TieringConfig},
     units::{Direction, Granularity, PAGE_SIZE, Tier},
 };
 
@@ -59,8 +61,8 @@ pub trait SimPolicy: Send {
 /// Engine configuration for a preset: the benefit rule gets the platform's migration costs
 /// (latencies and bandwidths come through the capacity view).
 #[must_use]
-pub fn engine_config(preset: &Preset) -> EngineConfig {
-    let mut cfg = EngineConfig::default();
+pub fn engine_config(preset: &Preset) -> TieringConfig {
+    let mut cfg = TieringConfig::default();
     let b = &mut cfg.policy.benefit;
     b.fast_read_ns = preset.fast_read_ns;
     b.fast_write_ns = preset.fast_write_ns;
@@ -77,7 +79,7 @@ pub fn engine_config(preset: &Preset) -> EngineConfig {
 /// The daemon's engine and planner, applied to the tier model.
 pub struct EnginePolicy {
     name: String,
-    engine: Engine,
+    tiering: Tiering,
     plans: u64,
     last_granularity: u64,
     epochs_ms: Vec<u64>,
@@ -95,7 +97,7 @@ impl EnginePolicy {
     pub fn new(
         preset: &Preset,
         variant: EngineVariant,
-    ) -> Result<Self, memtide_core::policy::ConfigError> {
+    ) -> Result<Self, memtide_core::validate::ConfigError> {
         let mut cfg = engine_config(preset);
         let name = match variant {
             EngineVariant::Adaptive => "memtide".to_owned(),
@@ -119,7 +121,7 @@ impl EnginePolicy {
         };
         Ok(Self {
             name,
-            engine: Engine::new(cfg)?,
+            tiering: Tiering::new(cfg)?,
             plans: 0,
             last_granularity: 0,
             epochs_ms: Vec::new(),
@@ -133,18 +135,18 @@ impl SimPolicy for EnginePolicy {
     }
 
     fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, clock: Clock) {
-        self.engine.observe_samples(samples, clock.now);
+        self.tiering.observe_samples(samples, clock.now);
     }
 
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         let due = self
-            .engine
+            .tiering
             .next_plan_at()
-            .unwrap_or_else(|| self.engine.epoch());
+            .unwrap_or_else(|| self.tiering.epoch());
         if clock.now < due {
             return;
         }
-        let plan = self.engine.plan(clock.now, &*model, &model.capacity());
+        let plan = self.tiering.plan(clock.now, &*model, &model.capacity());
         self.plans += 1;
         self.last_granularity = plan.granularity.bytes();
         let ms = |d: Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
@@ -187,7 +189,7 @@ impl SimPolicy for EnginePolicy {
         serde_json::json!({
             "plans": self.plans,
             "final_granularity_bytes": self.last_granularity,
-            "final_epoch_ms": self.engine.epoch().as_millis() as u64,
+            "final_epoch_ms": self.tiering.epoch().as_millis() as u64,
             "mean_epoch_ms": mean_epoch,
         })
     }

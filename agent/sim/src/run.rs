@@ -17,7 +17,8 @@ use super::{
     trace::{TraceError, TraceRecord, TraceSpec},
 };
 use memtide_core::{
-    engine::{Sample, testgen::SplitMix64},
+    engine::Sample,
+    testgen::SplitMix64,
     units::{PAGE_SIZE, SUPERPAGE_SIZE},
 };
 

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::trace::{RecordSource, TraceError, TraceMeta, TraceRecord};
 use memtide_core::{
-    engine::testgen::SplitMix64,
+    testgen::SplitMix64,
     units::{PAGE_SIZE, SUPERPAGE_SIZE},
 };
 

@@ -262,7 +262,7 @@ impl Agent {
         TargetSpec {
             pid,
             label: label_for(&self.root, pid),
-            engine: self.config.engine.clone(),
+            tiering: self.config.engine.clone(),
             exec: self.config.migration.clone(),
             observe: Arc::clone(&self.observe_switch),
             fast_nodes: classes.fast.clone(),

@@ -19,8 +19,9 @@ use crate::metrics::{
     Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier,
 };
 use memtide_core::{
-    engine::{DamonObservation, Engine, EngineConfig, Sample},
+    engine::{DamonObservation, Sample},
     policy::{CapacityView, PlacementView, Plan},
+    tiering::{Tiering, TieringConfig},
     units::{Direction, Residency, SUBPAGES, Tier},
 };
 use memtide_host::{
@@ -54,7 +55,7 @@ pub struct TargetSpec {
     pub pid: u32,
     /// The metrics label.
     pub label: String,
-    pub engine: EngineConfig,
+    pub tiering: TieringConfig,
     pub exec: ExecConfig,
     /// `Some(reason)`: plan but do not move. Shared by every target and the agent, so a
     /// reload or a hotplug that turns observe mode on or off reaches running targets too.
@@ -70,7 +71,7 @@ pub struct TargetSpec {
 struct State {
     spec: TargetSpec,
     target: Target,
-    engine: Engine,
+    tiering: Tiering,
     executor: Executor,
     status: TargetStatus,
     /// The last placement query and when it ran.
@@ -517,7 +518,7 @@ impl State {
         };
 
         // Hit ratio over the accesses sampled since the last epoch.
-        let coverage = self.engine.config().hot_coverage;
+        let coverage = self.tiering.engine().config().hot_coverage;
         let view = tier_view(input, &placement, coverage);
         for (tier, count) in [("fast", view.fast_accesses), ("slow", view.slow_accesses)] {
             metrics
@@ -559,12 +560,12 @@ impl State {
                 real: &placement,
                 assumed: &self.assumed,
             };
-            self.engine.plan(now, &view, &capacity)
+            self.tiering.plan(now, &view, &capacity)
         } else {
-            self.engine.plan(now, &placement, &capacity)
+            self.tiering.plan(now, &placement, &capacity)
         };
         self.status.epochs += 1;
-        let stats = self.engine.stats();
+        let stats = self.tiering.stats();
         tracing::debug!(
             pid = self.spec.pid,
             epoch = self.status.epochs,
@@ -639,7 +640,7 @@ impl State {
                 })
                 .set(i64::try_from(value).unwrap_or(i64::MAX));
         }
-        let stats = self.engine.stats();
+        let stats = self.tiering.stats();
         let untracked = stats
             .untracked_samples
             .saturating_sub(self.untracked_published);
@@ -647,7 +648,7 @@ impl State {
             if self.untracked_published == 0 {
                 tracing::warn!(
                     pid = self.spec.pid,
-                    max = self.engine.config().max_superpages,
+                    max = self.tiering.engine().config().max_superpages,
                     "engine at [engine] max_superpages; samples of new superpages are left out (memtide_engine_untracked_samples_total)"
                 );
             }
@@ -659,8 +660,7 @@ impl State {
                 })
                 .inc_by(untracked);
         }
-        #[expect(clippy::cast_precision_loss, reason = "milliseconds of an epoch")]
-        let epoch_seconds = stats.epoch_ms as f64 / 1000.0;
+        let epoch_seconds = self.tiering.epoch().as_secs_f64();
         metrics
             .epoch_seconds
             .get_or_create(&TargetLabel {
@@ -670,13 +670,13 @@ impl State {
         metrics
             .granularity_bytes
             .get_or_create(&TargetLabel { target: label })
-            .set(i64::try_from(stats.granularity_bytes).unwrap_or(i64::MAX));
+            .set(i64::try_from(self.tiering.granularity().bytes()).unwrap_or(i64::MAX));
         self.status.managed_bytes = managed
             .iter()
             .map(|(tier, value)| ((*tier).to_owned(), *value))
             .collect::<BTreeMap<_, _>>();
         self.status.hot_bytes = view.hot_fast_bytes + view.hot_slow_bytes;
-        self.status.granularity_bytes = stats.granularity_bytes;
+        self.status.granularity_bytes = self.tiering.granularity().bytes();
         self.status.epoch_seconds = epoch_seconds;
         self.status.engine_memory_bytes = stats.memory_bytes;
         self.placement = Some((queried_at, placement));
@@ -839,7 +839,7 @@ pub fn spawn(
     status: Arc<RwLock<AgentStatus>>,
 ) -> Result<TargetHandle, String> {
     let target = Target::open(spec.pid).map_err(|e| e.to_string())?;
-    let engine = Engine::new(spec.engine.clone()).map_err(|e| e.to_string())?;
+    let tiering = Tiering::new(spec.tiering.clone()).map_err(|e| e.to_string())?;
     let executor = Executor::new(spec.exec.clone());
     metrics.register_target(&spec.label);
     let (samples, samples_rx) = mpsc::channel(queue.max(1));
@@ -852,7 +852,7 @@ pub fn spawn(
         },
         spec,
         target,
-        engine,
+        tiering,
         executor,
         placement: None,
         untracked_published: 0,
@@ -901,12 +901,12 @@ async fn run(
     let mut samples: Vec<Sample> = Vec::with_capacity(1024);
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
-    let first_plan = origin.elapsed() + state.engine.epoch();
+    let first_plan = origin.elapsed() + state.tiering.epoch();
     // An epoch step that fails before planning must still wait an epoch before the next try.
     let mut last_step: Option<Duration> = None;
     loop {
-        let due = state.engine.next_plan_at().unwrap_or(first_plan);
-        let due = last_step.map_or(due, |last| due.max(last + state.engine.epoch()));
+        let due = state.tiering.next_plan_at().unwrap_or(first_plan);
+        let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
         let next_plan = origin + due;
         tokio::select! {
             batch = samples_rx.recv() => {
@@ -916,7 +916,7 @@ async fn run(
                 };
                 samples.clear();
                 samples.extend(batch.iter().map(to_engine_sample));
-                state.engine.observe_samples(&samples, origin.elapsed());
+                state.tiering.observe_samples(&samples, origin.elapsed());
                 state.status.samples += batch.len() as u64;
                 let room = MAX_SAMPLED_PAGES.saturating_sub(input.pages.len());
                 input.pages.extend(batch.iter().take(room).map(|s| s.addr));
@@ -933,12 +933,12 @@ async fn run(
                     }
                 }
                 state.status.samples += regions.len() as u64;
-                state.engine.observe_damon(&regions, origin.elapsed());
+                state.tiering.observe_damon(&regions, origin.elapsed());
             }
             () = tokio::time::sleep_until(next_plan.into()) => {
                 let now = origin.elapsed();
                 last_step = Some(now);
-                state.engine.tick(now);
+                state.tiering.tick(now);
                 let epoch_input = std::mem::take(&mut input);
                 let step_metrics = metrics.clone();
                 let joined = tokio::task::spawn_blocking(move || {

@@ -1,38 +1,42 @@
-//! The hotness engine: samples or DAMON regions and a caller-supplied clock go in, hotness and
-//! (through [`crate::policy`]) a [`Plan`] come out. No syscalls, no wall clock, no randomness.
+//! The hotness engine: samples or DAMON regions and a caller-supplied clock go in, hotness comes
+//! out, as a read-only [`HotnessView`] for the planner. No syscalls, no wall clock, no
+//! randomness, and nothing of the placement policy: the engine counts, the planner decides.
 //!
 //! One [`Engine`] per target process. Hotness is Rainbow's two-stage counting:
 //! - [`superpage`] (stage 1): a cooled, saturating read and write counter per touched 2 MiB
-//!   superpage, closed every counting interval;
+//!   superpage, closed every counting interval, with Memos' read/write [`domain`] history;
 //! - [`subpage`] (stage 2): per-4 KiB counters for the top-N superpages of the last interval;
-//! - [`hotset`]: the 70 %-coverage hot set and the top-N cut-off.
+//! - [`hotset`]: the 70 %-coverage hot set and the top-N cut-off;
+//! - [`reuse`]: how long superpages go between touches (Doudali's reuse distance).
 //!
-//! [`testgen`] holds the deterministic trace generators and tier model that tests and benches use.
+//! What an epoch accumulates (stage-2 counts, epoch counts, hot-set membership) is reset by
+//! [`Engine::end_epoch`], which the caller runs after the planner has read the epoch.
 
+pub mod config;
+pub mod domain;
 pub mod hotset;
+pub mod reuse;
 pub mod subpage;
 pub mod superpage;
-pub mod testgen;
+mod view;
 
 use std::time::Duration;
 
 pub use memtide_common::AccessKind;
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
+pub use self::{config::EngineConfig, view::HotnessView};
 use self::{
+    domain::Domain,
     hotset::{Coverage, Histogram},
+    reuse::ReuseHistogram,
     subpage::Stage2,
-    superpage::{NEEDS_SLOT, NO_SLOT, Stage1},
+    superpage::{HOT_PREV, NEEDS_SLOT, NO_SLOT, Stage1, TOUCHED_EPOCH},
 };
-use crate::policy::{
-    CapacityView, ConfigError, PlacementView, Plan, PolicyConfig, check,
-    epoch::ReuseHistogram,
-    plan::{Hotness, Planner},
-    rw::Domain,
+use crate::{
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, SUPERPAGE_SIZE},
+    validate::ConfigError,
 };
-use crate::units::{Granularity, PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE};
-
-const SUPERPAGE_SHIFT: u32 = 21;
 
 /// One sampled access of one target.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,128 +71,7 @@ pub enum Observations<'a> {
     Damon(&'a [DamonObservation]),
 }
 
-/// Engine tunables. Defaults are Rainbow's where it has one.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct EngineConfig {
-    /// Counting interval, ms (Rainbow: 10^8 cycles ≈ 31 ms). Default 50.
-    pub interval_ms: u64,
-    /// Weight of a write relative to a read in the stage-1 ranking (Memos' 2). Default 2.
-    pub write_weight: u32,
-    /// Stage-1 cooling: counters are shifted right by this many bits at each interval close
-    /// (1 = halve; 16 or more = reset, Rainbow's per-interval counts). Default 1.
-    pub cooling_shift: u32,
-    /// Stage-2 cooling, applied after each plan has read the epoch's counts. Default 1.
-    pub stage2_cooling_shift: u32,
-    /// Superpages given stage-2 counters each interval (Rainbow's N). Default 100.
-    pub top_n: usize,
-    /// Upper bound when N adapts to the fast tier's free capacity (one superpage per free 2 MiB,
-    /// never below `top_n`). Default 1000.
-    pub top_n_max: usize,
-    /// Adapt N to the free capacity seen at the last plan. Default true.
-    pub adapt_top_n: bool,
-    /// Share of accesses the hot set covers (Rainbow after CHOP). Default 0.7.
-    pub hot_coverage: f64,
-    /// A superpage untouched this many intervals, cooled to zero and outside stage 2 is forgotten.
-    /// Must exceed the longest epoch in intervals for reuse distances to be seen. Default 512.
-    pub retain_intervals: u32,
-    /// Reads credited per 4 KiB page per DAMON `nr_accesses`. Default 1.
-    pub damon_weight: u32,
-    /// Smoothing of the access-rate estimate (weight of the newest interval). Default 0.3.
-    pub rate_smoothing: f64,
-    /// Hard cap on superpages tracked in stage 1 (about 40 bytes each): a sample storm over a
-    /// sparse address space cannot grow the engine past it. Samples of superpages beyond the
-    /// cap are counted (`untracked_samples`) and left out until cold records are forgotten.
-    /// Default 1048576 (2 TiB of touched address space, about 40 MiB).
-    pub max_superpages: usize,
-    /// Placement policy.
-    pub policy: PolicyConfig,
-}
-
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            interval_ms: 50,
-            write_weight: 2,
-            cooling_shift: 1,
-            stage2_cooling_shift: 1,
-            top_n: 100,
-            top_n_max: 1000,
-            adapt_top_n: true,
-            hot_coverage: 0.7,
-            retain_intervals: 512,
-            damon_weight: 1,
-            rate_smoothing: 0.3,
-            max_superpages: 1 << 20,
-            policy: PolicyConfig::default(),
-        }
-    }
-}
-
-impl EngineConfig {
-    pub fn validate(&self) -> Result<(), ConfigError> {
-        check(
-            self.interval_ms > 0,
-            "interval_ms",
-            self.interval_ms,
-            "must be > 0",
-        )?;
-        check(
-            self.top_n > 0 && self.top_n <= self.top_n_max,
-            "top_n",
-            self.top_n,
-            "must be > 0 and <= top_n_max",
-        )?;
-        check(
-            self.top_n_max < u32::MAX as usize,
-            "top_n_max",
-            self.top_n_max,
-            "must fit in u32",
-        )?;
-        check(
-            self.max_superpages >= self.top_n_max && self.max_superpages < u32::MAX as usize,
-            "max_superpages",
-            self.max_superpages,
-            "must be at least top_n_max (stage 2 picks from stage 1) and fit in u32",
-        )?;
-        check(
-            self.hot_coverage > 0.0 && self.hot_coverage <= 1.0,
-            "hot_coverage",
-            self.hot_coverage,
-            "must be within (0, 1]",
-        )?;
-        check(
-            self.retain_intervals < 1 << 15,
-            "retain_intervals",
-            self.retain_intervals,
-            "must be below 32768 (16-bit interval stamps)",
-        )?;
-        check(
-            self.rate_smoothing > 0.0 && self.rate_smoothing <= 1.0,
-            "rate_smoothing",
-            self.rate_smoothing,
-            "must be within (0, 1]",
-        )?;
-        self.policy.validate()
-    }
-
-    pub(crate) fn interval(&self) -> Duration {
-        Duration::from_millis(self.interval_ms)
-    }
-
-    /// Converts a cooled stage-1 count into accesses per interval (steady state of
-    /// `x = x >> s + a` is `x = a / (1 − 2^−s)`).
-    pub(crate) fn stage1_per_interval(&self) -> f64 {
-        1.0 - 0.5f64.powi(self.cooling_shift.min(64) as i32)
-    }
-
-    /// Converts a stage-2 count (cooled once per epoch) into accesses per epoch.
-    pub(crate) fn stage2_per_epoch(&self) -> f64 {
-        1.0 - 0.5f64.powi(self.stage2_cooling_shift.min(64) as i32)
-    }
-}
-
-/// Per-interval and per-plan figures for metrics and the simulator's reports.
+/// Per-interval figures for metrics and the simulator's reports.
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct EngineStats {
     /// Counting intervals closed so far.
@@ -216,20 +99,6 @@ pub struct EngineStats {
     pub write_dominant: u64,
     /// Estimated accesses per second (sample weights over interval time).
     pub access_rate: f64,
-    /// Current target granularity and epoch.
-    pub granularity_bytes: u64,
-    pub epoch_ms: u64,
-    /// Benefit threshold per 4 KiB page, ns.
-    pub benefit_threshold_ns: f64,
-    /// At the last plan: bytes that passed the benefit rule (before capacity and budget), bytes
-    /// the watermarks asked to demote, and bytes actually planned.
-    pub would_promote_bytes: u64,
-    pub would_demote_bytes: u64,
-    pub planned_promote_bytes: u64,
-    pub planned_demote_bytes: u64,
-    /// Bytes of the last plan that reversed a recent move.
-    pub pingpong_bytes: u64,
-    pub bandwidth_bound: bool,
     /// Engine heap bytes.
     pub memory_bytes: u64,
 }
@@ -242,7 +111,8 @@ pub struct Engine {
     stage2: Stage2,
     hist: Histogram,
     reuse: ReuseHistogram,
-    planner: Planner,
+    /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
+    read_write_ratio: u32,
     intervals: u64,
     next_close: Option<Duration>,
     top_n: usize,
@@ -259,14 +129,16 @@ pub struct Engine {
 }
 
 impl Engine {
-    pub fn new(config: EngineConfig) -> Result<Self, ConfigError> {
+    /// An engine for one target. `read_write_ratio` is Memos' RD/WD cut-off
+    /// ([`domain::MEMOS_READ_WRITE_RATIO`] by default), which the write predictor shares.
+    pub fn new(config: EngineConfig, read_write_ratio: u32) -> Result<Self, ConfigError> {
         config.validate()?;
         Ok(Self {
             stage1: Stage1::default(),
             stage2: Stage2::default(),
             hist: Histogram::default(),
             reuse: ReuseHistogram::default(),
-            planner: Planner::new(&config.policy),
+            read_write_ratio,
             intervals: 0,
             next_close: None,
             top_n: config.top_n,
@@ -413,7 +285,7 @@ impl Engine {
         self.intervals += u64::from(steps);
         let (shift, ratio, ww) = (
             self.cfg.cooling_shift,
-            self.cfg.policy.rw.read_write_ratio,
+            self.read_write_ratio,
             self.cfg.write_weight,
         );
         let (mut rd, mut wd) = (0, 0);
@@ -526,50 +398,47 @@ impl Engine {
         s.access_rate = self.access_rate;
     }
 
-    /// Plans the moves of the epoch ending at `now`. Closes due intervals first.
-    pub fn plan(
-        &mut self,
-        now: Duration,
-        view: &dyn PlacementView,
-        capacity: &CapacityView,
-    ) -> Plan {
-        self.tick(now);
-        let interval_stamp = self.last_closed_stamp();
-        let plan = self.planner.plan(
-            Hotness {
-                cfg: &self.cfg,
-                stage1: &mut self.stage1,
-                stage2: &mut self.stage2,
-                reuse: &mut self.reuse,
-                hot_cutoff: self.hot_cutoff,
-                access_rate: self.access_rate,
-                evidence_unit: self.evidence_unit,
-                interval_stamp,
-            },
-            now,
-            view,
-            capacity,
-        );
-        if self.cfg.adapt_top_n {
-            let free_sp =
-                usize::try_from(self.cfg.policy.capacity.promote_room(capacity) / SUPERPAGE_SIZE)
-                    .unwrap_or(usize::MAX);
-            self.top_n = free_sp.clamp(self.cfg.top_n, self.cfg.top_n_max);
+    /// What the planner reads: the hotness as of the last closed interval. Call [`Self::tick`]
+    /// with the plan's time first, so the intervals that ended before it are closed.
+    #[must_use]
+    pub fn view(&self) -> HotnessView<'_> {
+        HotnessView {
+            cfg: &self.cfg,
+            stage1: &self.stage1,
+            stage2: &self.stage2,
+            reuse: &self.reuse,
+            hot_cutoff: self.hot_cutoff,
+            access_rate: self.access_rate,
+            evidence_unit: self.evidence_unit,
+            interval_stamp: self.last_closed_stamp(),
         }
-        let s = &mut self.stats;
-        s.granularity_bytes = plan.granularity.bytes();
-        s.epoch_ms = u64::try_from(plan.epoch.as_millis()).unwrap_or(u64::MAX);
-        s.benefit_threshold_ns = plan.benefit_threshold_ns;
-        s.would_promote_bytes = plan.would_promote_bytes;
-        s.would_demote_bytes = plan.would_demote_bytes;
-        s.planned_promote_bytes = plan.promote_bytes;
-        s.planned_demote_bytes = plan.demote_bytes;
-        s.pingpong_bytes = plan.pingpong_bytes;
-        s.bandwidth_bound = plan.bandwidth_bound;
-        plan
     }
 
-    /// Statistics of the last interval and the last plan.
+    /// Ends a migration epoch once the planner has read it: superpages in the hot set are
+    /// remembered as last epoch's hot set, the epoch's uncooled counts restart, the reuse
+    /// histogram halves (older epochs weigh less without being forgotten), stage 2 cools, and
+    /// N (stage-2 superpages) follows `free_superpages`, the fast tier's room in superpages, when
+    /// `adapt_top_n` is on.
+    pub fn end_epoch(&mut self, free_superpages: u64) {
+        let cutoff = self.hot_cutoff.max(1);
+        for rec in self.stage1.records_mut() {
+            let hot = rec.accesses() >= cutoff;
+            rec.flags &= !(HOT_PREV | TOUCHED_EPOCH);
+            if hot {
+                rec.flags |= HOT_PREV;
+            }
+            rec.epoch_r = 0;
+            rec.epoch_w = 0;
+        }
+        self.reuse.halve();
+        self.stage2.cool_all(self.cfg.stage2_cooling_shift);
+        if self.cfg.adapt_top_n {
+            let free = usize::try_from(free_superpages).unwrap_or(usize::MAX);
+            self.top_n = free.clamp(self.cfg.top_n, self.cfg.top_n_max);
+        }
+    }
+
+    /// Statistics of the last closed interval.
     #[must_use]
     pub fn stats(&self) -> EngineStats {
         EngineStats {
@@ -578,38 +447,10 @@ impl Engine {
         }
     }
 
-    /// Current target granularity.
-    #[must_use]
-    pub fn granularity(&self) -> Granularity {
-        self.planner.granularity()
-    }
-
-    /// Current migration epoch: plan again this long after the last plan.
-    #[must_use]
-    pub fn epoch(&self) -> Duration {
-        self.planner.epoch()
-    }
-
-    /// When the next plan is due, or `None` before the first plan.
-    #[must_use]
-    pub fn next_plan_at(&self) -> Option<Duration> {
-        self.planner.last_plan_at().map(|t| t + self.epoch())
-    }
-
-    /// Addresses of the 4 KiB pages of stage-2 superpages that Eq. (1) classifies hot under the
-    /// current threshold and `capacity`'s (or the configured) latencies, ascending.
-    #[must_use]
-    pub fn hot_subpages(&self, capacity: &CapacityView) -> Vec<u64> {
-        self.planner.hot_subpages(&self.cfg, &self.stage2, capacity)
-    }
-
     /// Heap bytes held between calls: capacities of every map and vector, not their lengths.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.stage1.memory_bytes()
-            + self.stage2.memory_bytes()
-            + self.hist.memory_bytes()
-            + self.planner.memory_bytes()
+        self.stage1.memory_bytes() + self.stage2.memory_bytes() + self.hist.memory_bytes()
     }
 }
 

@@ -6,7 +6,7 @@
 //! table of `u32` indices (Fibonacci hashing, linear probing) finds them, which costs 4 bytes per
 //! slot instead of a `HashMap`'s 16. Memory is therefore proportional to touched superpages.
 
-use crate::policy::rw::{self, Domain};
+use super::domain::{self, Domain};
 
 /// Stage-2 slot of a record that has none.
 pub(crate) const NO_SLOT: u32 = u32::MAX;
@@ -69,6 +69,21 @@ impl SuperpageRecord {
         u32::from(self.heat_r) + u32::from(self.heat_w)
     }
 
+    /// Touched at least once (a later touch is a reuse).
+    pub(crate) fn seen(&self) -> bool {
+        self.flags & SEEN != 0
+    }
+
+    /// Touched in an interval closed since the last plan.
+    pub(crate) fn touched_this_epoch(&self) -> bool {
+        self.flags & TOUCHED_EPOCH != 0
+    }
+
+    /// In the hot set when the last epoch ended.
+    pub(crate) fn hot_at_last_plan(&self) -> bool {
+        self.flags & HOT_PREV != 0
+    }
+
     /// Closes `steps` intervals (the first with this record's counts, the rest empty).
     /// Returns the closing interval's domain and, for a touched record seen before, the reuse gap.
     pub(crate) fn close(
@@ -78,7 +93,7 @@ impl SuperpageRecord {
         interval: u16,
         rw_ratio: u32,
     ) -> (Domain, Option<u32>) {
-        let domain = rw::classify(u64::from(self.ivl_r), u64::from(self.ivl_w), rw_ratio);
+        let domain = domain::classify(u64::from(self.ivl_r), u64::from(self.ivl_w), rw_ratio);
         let mut gap = None;
         if domain != Domain::Cold {
             if self.flags & SEEN != 0 {
@@ -87,7 +102,8 @@ impl SuperpageRecord {
             self.last_touch = interval;
             self.flags |= SEEN | TOUCHED_EPOCH;
         }
-        let history = u32::from(rw::push_history(self.write_history, domain)) << (steps - 1).min(8);
+        let history =
+            u32::from(domain::push_history(self.write_history, domain)) << (steps - 1).min(8);
         self.write_history = (history & 0xFF) as u8;
         let total = shift.saturating_mul(steps);
         self.heat_r = cool(self.heat_r, total).saturating_add(self.ivl_r);

@@ -5,8 +5,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CapacityView, ConfigError, check};
+use super::CapacityView;
 use crate::units::Tier;
+use crate::validate::{ConfigError, check};
 
 /// Bandwidth tunables.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -12,8 +12,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{CapacityView, ConfigError, check};
+use super::CapacityView;
 use crate::units::PAGE_SIZE;
+use crate::validate::{ConfigError, check};
 
 /// Cost model and threshold tunables. Latency defaults are a DRAM + 1:3 slow tier (Ryoo's
 /// projection ratio); the copy cost is Memos' 3 µs per 4 KiB page.

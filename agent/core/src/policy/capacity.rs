@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::{CapacityView, ConfigError, check};
-use crate::units::Direction;
+use super::CapacityView;
+use crate::units::{Direction, SUBPAGES};
+use crate::validate::{ConfigError, check};
 
 /// Capacity, budget and hysteresis tunables.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -123,7 +124,7 @@ pub struct MoveMarks {
 #[must_use]
 pub fn page_bits(first: usize, n: usize) -> [u64; 8] {
     let mut bits = [0u64; 8];
-    for p in first..(first + n).min(super::SUBPAGES) {
+    for p in first..(first + n).min(SUBPAGES) {
         bits[p / 64] |= 1 << (p % 64);
     }
     bits

@@ -16,8 +16,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, check};
 use crate::units::{Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE};
+use crate::validate::{ConfigError, check};
 
 /// Granularity tunables; the thresholds are Ryoo's typical values.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

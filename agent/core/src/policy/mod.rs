@@ -1,10 +1,11 @@
-//! Placement policy: turns the engine's hotness into a [`Plan`] of page moves.
+//! Placement policy: turns a read-only view of the engine's hotness into a [`Plan`] of page
+//! moves. It reads the engine; the engine knows nothing of it.
 //!
 //! One concern per module, each after the paper it comes from:
 //! - [`benefit`]: Rainbow's migration-benefit rule, Eq. (1) and (2), and the ping-pong threshold;
 //! - [`granularity`]: Ryoo's per-target migration granularity (move-in raises, move-out lowers);
 //! - [`epoch`]: Doudali's adaptive migration epoch (reuse distance, hot-set stability, payback);
-//! - [`rw`]: Memos' read/write domains and 8-interval write-history predictor;
+//! - [`rw`]: Memos' 8-interval write-history predictor (the domains are the engine's);
 //! - [`bandwidth`]: BW-AWARE's bandwidth share and the placement ratio for new allocations;
 //! - [`capacity`]: watermarks, per-epoch migration budget and hysteresis;
 //! - [`plan`]: the planner that combines them.
@@ -21,7 +22,10 @@ pub mod rw;
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{PAGE_SIZE, Residency, SUBPAGES, Tier};
+use crate::{
+    units::{PAGE_SIZE, Residency, SUBPAGES, Tier},
+    validate::ConfigError,
+};
 
 pub use self::{
     bandwidth::BandwidthConfig,
@@ -29,7 +33,7 @@ pub use self::{
     capacity::CapacityConfig,
     epoch::EpochConfig,
     granularity::GranularityConfig,
-    plan::{MoveReason, Plan, PlannedMove},
+    plan::{MoveReason, Plan, PlannedMove, Planner},
     rw::RwConfig,
 };
 
@@ -101,34 +105,6 @@ pub struct PolicyConfig {
     pub bandwidth: BandwidthConfig,
     /// Watermarks, migration budget and hysteresis.
     pub capacity: CapacityConfig,
-}
-
-/// A configuration value out of its allowed range.
-#[derive(Debug, thiserror::Error, PartialEq)]
-pub enum ConfigError {
-    #[error("{field} = {value}: {reason}")]
-    OutOfRange {
-        field: &'static str,
-        value: String,
-        reason: &'static str,
-    },
-}
-
-pub(crate) fn check(
-    ok: bool,
-    field: &'static str,
-    value: impl std::fmt::Display,
-    reason: &'static str,
-) -> Result<(), ConfigError> {
-    if ok {
-        Ok(())
-    } else {
-        Err(ConfigError::OutOfRange {
-            field,
-            value: value.to_string(),
-            reason,
-        })
-    }
 }
 
 impl PolicyConfig {

@@ -1,15 +1,18 @@
-//! Memos' read/write awareness (§3.1, §3.2, §5.2).
+//! Memos' read/write awareness (§3.2, §5.2): the write predictor and its tunables.
 //!
-//! A region is read-dominant (RD) when `reads > ratio × writes`, write-dominant (WD) otherwise
-//! (ratio 2: writes cost at least twice reads). Each counting interval shifts the region's domain
-//! into an 8-bit history; the predictor reads that history as Memos does: a run of the last
+//! The engine classifies each superpage read- or write-dominant every counting interval and
+//! keeps the last eight in a history (`crate::engine::domain`); the predictor reads that history
+//! as Memos does: a run of the last
 //! `reverse_len` intervals overrides the window majority (the "Reverse" case, a phase change),
 //! otherwise the number of WD intervals in the window picks high, low or no write frequency.
 //! Memos leaves K_Len and the frequency cut-offs open; the defaults here are the digest's reading.
 
 use serde::{Deserialize, Serialize};
 
-use super::{ConfigError, check};
+use crate::{
+    engine::domain::MEMOS_READ_WRITE_RATIO,
+    validate::{ConfigError, check},
+};
 
 /// Read/write tunables.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -33,7 +36,7 @@ pub struct RwConfig {
 impl Default for RwConfig {
     fn default() -> Self {
         Self {
-            read_write_ratio: 2,
+            read_write_ratio: MEMOS_READ_WRITE_RATIO,
             window: 8,
             reverse_len: 3,
             high_min: 6,
@@ -64,32 +67,6 @@ impl RwConfig {
             "need low_min <= high_min <= window",
         )
     }
-}
-
-/// Domain of a region in one interval.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Domain {
-    Cold,
-    ReadDominant,
-    WriteDominant,
-}
-
-/// Memos' classification rule.
-#[must_use]
-pub fn classify(reads: u64, writes: u64, ratio: u32) -> Domain {
-    if reads == 0 && writes == 0 {
-        Domain::Cold
-    } else if reads > u64::from(ratio) * writes {
-        Domain::ReadDominant
-    } else {
-        Domain::WriteDominant
-    }
-}
-
-/// Shifts one interval's domain into the history (bit 0 = latest; 1 = WD).
-#[must_use]
-pub fn push_history(history: u8, domain: Domain) -> u8 {
-    (history << 1) | u8::from(domain == Domain::WriteDominant)
 }
 
 /// Predicted write behaviour for the coming intervals, in promotion-priority order.
@@ -132,16 +109,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn rd_wd_boundary() {
-        assert_eq!(classify(0, 0, 2), Domain::Cold);
-        assert_eq!(classify(21, 10, 2), Domain::ReadDominant);
-        // reads == 2 × writes is WD (2·writes ≥ reads).
-        assert_eq!(classify(20, 10, 2), Domain::WriteDominant);
-        assert_eq!(classify(1, 0, 2), Domain::ReadDominant);
-        assert_eq!(classify(0, 1, 2), Domain::WriteDominant);
-    }
-
-    #[test]
     fn memos_figure4_cases() {
         let cfg = RwConfig::default();
         // Histories are written oldest bit first, as in the paper; bit 0 is the latest.
@@ -170,12 +137,5 @@ mod tests {
         };
         // Bits beyond the window are ignored: 0b1111_0101 has 2 ones in its last four.
         assert_eq!(predict(0b1111_0101, &short), WritePrediction::WdFreqLow);
-    }
-
-    #[test]
-    fn history_shifts_latest_into_bit0() {
-        let h = push_history(push_history(0, Domain::WriteDominant), Domain::ReadDominant);
-        assert_eq!(h, 0b10);
-        assert_eq!(push_history(0xFF, Domain::Cold), 0xFE);
     }
 }

@@ -26,7 +26,8 @@ use crate::{
     trace::TraceRecord,
 };
 use memtide_core::{
-    engine::{Sample, testgen::SplitMix64},
+    engine::Sample,
+    testgen::SplitMix64,
     units::{PAGE_SIZE, SUPERPAGE_SIZE, Tier},
 };
 

@@ -1,4 +1,4 @@
-//! Deterministic trace generators and a two-tier placement model for the engine's own tests and
+//! Deterministic trace generators and a two-tier placement model for the core's own tests and
 //! benches: any initial tier, pages outside the footprint unmapped, no costs. The simulator
 //! (`memtide-sim`) has the full workload generator (`memtide_sim::workload`, which reuses
 //! [`SplitMix64`]) and a THP-aware tier model with costs (`memtide_sim::model`). Randomness comes only
@@ -6,9 +6,11 @@
 
 use std::collections::BTreeMap;
 
-use super::{AccessKind, Sample};
-use crate::policy::{CapacityView, PlacementView, Plan};
-use crate::units::{Direction, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier};
+use crate::{
+    engine::{AccessKind, Sample},
+    policy::{CapacityView, PlacementView, Plan},
+    units::{Direction, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier},
+};
 
 /// Vigna's splitmix64: tiny, seedable, good enough for traces.
 #[derive(Clone, Debug)]

@@ -1,0 +1,79 @@
+//! The planner's window on one target's hotness: read-only, as of the last closed interval.
+
+use super::{
+    EngineConfig,
+    reuse::ReuseHistogram,
+    subpage::{self, Stage2},
+    superpage::{Stage1, SuperpageRecord},
+};
+use crate::units::{PAGE_SHIFT, PAGE_SIZE, SUBPAGES};
+
+/// What the planner may read of one target's hotness. The engine alone changes its counters,
+/// and resets what an epoch accumulates in [`super::Engine::end_epoch`].
+#[derive(Clone, Copy)]
+pub struct HotnessView<'a> {
+    pub(super) cfg: &'a EngineConfig,
+    pub(super) stage1: &'a Stage1,
+    pub(super) stage2: &'a Stage2,
+    pub(super) reuse: &'a ReuseHistogram,
+    /// Smallest cooled stage-1 count in the 70 % hot set of superpages.
+    pub hot_cutoff: u32,
+    /// Smoothed accesses per second (sample weights over interval time).
+    pub access_rate: f64,
+    /// Counter units one sample adds (the mean sample weight; DAMON's credit per access).
+    pub evidence_unit: f64,
+    /// Stamp of the last closed interval (what records' `last_touch` is compared with).
+    pub interval_stamp: u16,
+}
+
+impl<'a> HotnessView<'a> {
+    #[must_use]
+    pub fn config(&self) -> &'a EngineConfig {
+        self.cfg
+    }
+
+    /// Every stage-1 record: one per touched superpage.
+    pub(crate) fn superpages(&self) -> &'a [SuperpageRecord] {
+        self.stage1.records()
+    }
+
+    /// The stage-1 record of superpage `sp`, if it was touched.
+    pub(crate) fn superpage(&self, sp: u64) -> Option<&'a SuperpageRecord> {
+        self.stage1.find(sp).map(|idx| &self.stage1.records()[idx])
+    }
+
+    /// Stage-2 (slot, superpage number) pairs in ascending superpage order.
+    pub(crate) fn stage2_superpages(&self) -> Vec<(u32, u64)> {
+        self.stage2.live_sorted()
+    }
+
+    /// Raw (reads, writes) stage-2 counters of a slot, 512 each; decode with
+    /// [`subpage::value`].
+    pub(crate) fn counters(&self, slot: u32) -> (&'a [u16], &'a [u16]) {
+        self.stage2.counters(slot)
+    }
+
+    /// How many pages a slot's accessed pages stand for (Good–Turing coverage of its samples).
+    pub(crate) fn density_scale(&self, slot: u32) -> f64 {
+        self.stage2.density_scale(slot)
+    }
+
+    /// Stage-2 counts (reads and writes) of `len` bytes at `start` within a slot, and of the
+    /// whole superpage.
+    pub(crate) fn stage2_sums(&self, slot: u32, start: u64, len: u64) -> (u32, u32) {
+        let (r, w) = self.stage2.counters(slot);
+        let first = ((start >> PAGE_SHIFT) as usize) & (SUBPAGES - 1);
+        let pages = ((len / PAGE_SIZE) as usize).min(SUBPAGES - first);
+        let sum = |range: std::ops::Range<usize>| -> u32 {
+            range
+                .map(|p| subpage::value(r[p]) + subpage::value(w[p]))
+                .sum()
+        };
+        (sum(first..first + pages), sum(0..SUBPAGES))
+    }
+
+    /// Sampled reuse gaps of superpages, in counting intervals.
+    pub(crate) fn reuse(&self) -> &'a ReuseHistogram {
+        self.reuse
+    }
+}

@@ -1,0 +1,219 @@
+//! Step 2 of a plan: Ryoo's scans set the target granularity, and the stage-2 superpages offer
+//! their slow data as promotion candidates, each judged by Eq. (1) against the threshold.
+
+use super::{Planner, Scale};
+use crate::{
+    engine::{HotnessView, subpage},
+    policy::{
+        PlacementView, PolicyConfig,
+        benefit::CostModel,
+        capacity::page_bits,
+        granularity::ScanRegion,
+        rw::{self, WritePrediction},
+    },
+    units::{Direction, Granularity, PAGE_SIZE, SUBPAGES, Tier, superpage_base},
+};
+
+/// Slow data worth promoting: a whole superpage, a medium chunk or one hot page.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Candidate {
+    pub(super) sp: u64,
+    pub(super) start: u64,
+    pub(super) gran: Granularity,
+    /// Slow bytes that will move.
+    pub(super) need: u64,
+    pub(super) reads: f64,
+    pub(super) writes: f64,
+    pub(super) benefit: f64,
+    /// Accesses per epoch on the stage-1 scale, for the bandwidth share.
+    pub(super) traffic: f64,
+    pub(super) class: WritePrediction,
+}
+
+/// What the candidates of one stage-2 superpage are cut from.
+struct RegionCtx<'a> {
+    sp: u64,
+    r: &'a [u16],
+    w: &'a [u16],
+    k2: f64,
+    traffic_per_count: f64,
+    /// Accessed pages and their density estimate.
+    region: &'a ScanRegion,
+    /// Pages demoted within the hysteresis window.
+    blocked: &'a [u64; 8],
+    /// Raw stage-2 counts a candidate needs (`benefit.min_samples` samples' worth).
+    min_counts: f64,
+    class: WritePrediction,
+}
+
+impl Planner {
+    /// Scans the stage-2 superpages (setting the target granularity) and returns the promotion
+    /// candidates: predicted write-hot first when slow writes cost more (Memos), then by benefit
+    /// per byte.
+    pub(super) fn promotion_candidates(
+        &mut self,
+        hot: &HotnessView<'_>,
+        view: &dyn PlacementView,
+        costs: &CostModel,
+        scale: Scale,
+        epoch: u64,
+    ) -> Vec<Candidate> {
+        let live = hot.stage2_superpages();
+        let regions: Vec<ScanRegion> = live
+            .iter()
+            .map(|&(slot, sp)| scan_region(hot, view, slot, sp))
+            .collect();
+        self.granularity.update(&self.cfg.granularity, &regions);
+        let target = self.granularity.current();
+        let pc = &self.cfg;
+        let write_first = pc.rw.write_priority && costs.writes_cost_more();
+        let mut candidates = Vec::new();
+        for (&(slot, sp), region) in live.iter().zip(&regions) {
+            let blocked = self.marks.reversed_pages(
+                sp,
+                Direction::Promote,
+                epoch,
+                pc.capacity.hysteresis_epochs,
+            );
+            let rec = hot.superpage(sp);
+            let class = match rec {
+                Some(rec) if write_first => rw::predict(rec.write_history, &pc.rw),
+                _ => WritePrediction::UnWd,
+            };
+            let (r, w) = hot.counters(slot);
+            let stage2_total: f64 = r
+                .iter()
+                .chain(w)
+                .map(|c| f64::from(subpage::value(*c)))
+                .sum();
+            // Stage-1 accesses per stage-2 count: candidate traffic and tier traffic share a scale.
+            let traffic_per_count = rec.map_or(0.0, |rec| {
+                f64::from(rec.accesses()) * scale.k1 / stage2_total.max(1.0)
+            });
+            let ctx = RegionCtx {
+                sp,
+                r,
+                w,
+                k2: scale.k2,
+                traffic_per_count,
+                region,
+                blocked: &blocked,
+                min_counts: f64::from(pc.benefit.min_samples) * hot.evidence_unit,
+                class,
+            };
+            self.region_candidates(pc, costs, target, &ctx, &mut candidates);
+        }
+        candidates.sort_by(|a, b| {
+            b.class
+                .cmp(&a.class)
+                .then((b.benefit / b.need as f64).total_cmp(&(a.benefit / a.need as f64)))
+                .then(a.start.cmp(&b.start))
+        });
+        candidates
+    }
+
+    /// The candidates of one superpage: whole when dense enough for the target granularity,
+    /// else per medium chunk that is dense, else per accessed page.
+    fn region_candidates(
+        &self,
+        pc: &PolicyConfig,
+        costs: &CostModel,
+        target: Granularity,
+        ctx: &RegionCtx<'_>,
+        out: &mut Vec<Candidate>,
+    ) {
+        let g = &pc.granularity;
+        let accessed: u32 = ctx.region.accessed.iter().map(|w| w.count_ones()).sum();
+        if ctx.region.residency.slow_pages() == 0 {
+            return;
+        }
+        let mut push = |start_page: usize, pages: usize, gran: Granularity| {
+            if let Some(c) = self.candidate(costs, ctx, start_page, pages, gran) {
+                out.push(c);
+            }
+        };
+        if g.moves_whole(target, accessed) {
+            push(0, SUBPAGES, Granularity::MIB_2);
+            return;
+        }
+        let mp = g.medium.pages() as usize;
+        for chunk in (0..SUBPAGES).step_by(mp) {
+            let observed = (chunk..chunk + mp)
+                .filter(|&p| ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0)
+                .count() as u32;
+            let acc = ctx.region.estimate(observed, mp as u32);
+            if g.chunk_granularity(target, acc) == g.medium {
+                push(chunk, mp, g.medium);
+            } else {
+                for p in chunk..chunk + mp {
+                    if ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0 {
+                        push(p, 1, Granularity::KIB_4);
+                    }
+                }
+            }
+        }
+    }
+
+    /// `pages` pages from `start_page` as one candidate, if they hold slow data that was not
+    /// just demoted, was sampled often enough, and passes Eq. (1) against the threshold.
+    fn candidate(
+        &self,
+        costs: &CostModel,
+        ctx: &RegionCtx<'_>,
+        start_page: usize,
+        pages: usize,
+        gran: Granularity,
+    ) -> Option<Candidate> {
+        let (mut reads, mut writes, mut counts, mut need) = (0.0, 0.0, 0.0, 0u64);
+        for p in start_page..start_page + pages {
+            if ctx.region.residency.tier(p) == Some(Tier::Slow) {
+                let (cr, cw) = (
+                    f64::from(subpage::value(ctx.r[p])),
+                    f64::from(subpage::value(ctx.w[p])),
+                );
+                reads += cr * ctx.k2;
+                writes += cw * ctx.k2;
+                counts += cr + cw;
+                need += PAGE_SIZE;
+            }
+        }
+        if need == 0 {
+            return None;
+        }
+        // Pages demoted within the hysteresis window stay where they are.
+        let range = page_bits(start_page, pages);
+        if range.iter().zip(ctx.blocked).any(|(a, b)| a & b != 0) {
+            return None;
+        }
+        let benefit = costs.eq1(reads, writes, need);
+        (counts >= ctx.min_counts && benefit > self.threshold.for_bytes(need)).then(|| Candidate {
+            sp: ctx.sp,
+            start: superpage_base(ctx.sp) + start_page as u64 * PAGE_SIZE,
+            gran,
+            need,
+            reads,
+            writes,
+            benefit,
+            traffic: counts * ctx.traffic_per_count,
+            class: ctx.class,
+        })
+    }
+}
+
+/// What Ryoo's scans see of one stage-2 superpage: its accessed pages, where its pages are, and
+/// how many pages the sampled ones stand for.
+fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u64) -> ScanRegion {
+    let (r, w) = hot.counters(slot);
+    let mut accessed = [0u64; 8];
+    for i in 0..SUBPAGES {
+        if r[i] | w[i] != 0 {
+            accessed[i / 64] |= 1 << (i % 64);
+        }
+    }
+    ScanRegion {
+        sp,
+        accessed,
+        residency: view.residency(superpage_base(sp)),
+        density_scale: hot.density_scale(slot),
+    }
+}

@@ -1,0 +1,131 @@
+//! Step 1 of a plan: what the epoch that just ended teaches the epoch controller (Doudali) and
+//! the benefit threshold: how far apart superpages are reused, whether the hot set moved, how
+//! much of the last plan reversed earlier moves, and whether its moves paid for themselves.
+
+use std::time::Duration;
+
+use super::Planner;
+use crate::{
+    engine::{EngineConfig, HotnessView, reuse::ReuseHistogram, superpage::NO_SLOT},
+    policy::{
+        CapacityView,
+        benefit::CostModel,
+        epoch::{EpochChange, EpochInputs},
+    },
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE},
+};
+
+impl Planner {
+    /// Feeds the epoch that just ended to the epoch controller and the threshold.
+    pub(super) fn learn(
+        &mut self,
+        hot: &HotnessView<'_>,
+        costs: &CostModel,
+        cap: &CapacityView,
+    ) -> EpochChange {
+        let payback = self.payback(hot, costs);
+        let (mut inter, mut union, mut touched, mut hot_now) = (0u64, 0u64, 0u64, 0u64);
+        let cutoff = hot.hot_cutoff.max(1);
+        let had_prev = self.prev_touched.is_some();
+        // How long ago each remembered superpage was last touched, to find the fast tier's reach.
+        let mut ages = ReuseHistogram::default();
+        for rec in hot.superpages() {
+            if rec.seen() {
+                ages.record(u32::from(hot.interval_stamp.wrapping_sub(rec.last_touch)));
+            }
+            let is_hot = rec.accesses() >= cutoff;
+            let was_hot = rec.hot_at_last_plan();
+            hot_now += u64::from(is_hot);
+            inter += u64::from(is_hot && was_hot);
+            union += u64::from(is_hot || was_hot);
+            touched += u64::from(rec.touched_this_epoch());
+        }
+        let engine = hot.config();
+        let interval = engine.interval();
+        let reuse = hot.reuse();
+        let reuse_median = reuse.median().map(|g| interval * g);
+        // The fast tier's reach: the superpages touched within it would fill the fast tier. A
+        // reuse after longer than that finds its data evicted whatever the epoch (a cyclic sweep
+        // larger than the tier; a window that returns after the others), so it sets no floor.
+        let reach = ages.reached_by((cap.fast_total_bytes / SUPERPAGE_SIZE).max(1));
+        let bridgeable = reach.map_or(reuse_median, |r| {
+            reuse.median_within(r).map(|g| interval * g)
+        });
+        let inputs = EpochInputs {
+            reuse_median: bridgeable,
+            // When the hot set is most of what was touched, heat is flat across superpages
+            // (sparse hotness inside each, or uniform access) and which superpages make the
+            // 70 % cut is sampling noise: their overlap says nothing about the workload moving.
+            // Nor does it when the cooled heat forgets faster than the data is reused: a sweep
+            // longer than that snapshot shows a different hot set every epoch without moving.
+            jaccard: (had_prev
+                && union > 0
+                && hot_now * 2 <= touched
+                && snapshot_covers(engine, reuse_median))
+            .then(|| inter as f64 / union as f64),
+            touched,
+            prev_touched: self.prev_touched,
+            pingpong_share: if self.last_moved == 0 {
+                0.0
+            } else {
+                self.last_pingpong as f64 / self.last_moved as f64
+            },
+            payback,
+            capacity_bound: self.last_capacity_bound,
+        };
+        self.prev_touched = Some(touched);
+        let pc = &self.cfg;
+        let unpaid = payback.is_some_and(|p| p < pc.epoch.min_payback);
+        self.threshold
+            .update(&pc.benefit, self.last_pingpong, self.last_moved, unpaid);
+        self.epoch.update(&pc.epoch, &inputs)
+    }
+
+    /// Realised value of last epoch's promotions, less what the data evicted for them cost
+    /// from the slow tier, over the migrations' cost. A swap of equally warm data (a sweep
+    /// larger than the fast tier, sampling noise taken for heat) realises nothing net, although
+    /// the promoted pages are used just as predicted. Each range is valued with its
+    /// superpage's uncooled epoch counts, shared out by what stage 2 counted after the plan.
+    fn payback(&self, hot: &HotnessView<'_>, costs: &CostModel) -> Option<f64> {
+        if !self.last_judged.iter().any(|m| !m.evicted) {
+            return None;
+        }
+        let cost: f64 = self.last_judged.iter().map(|m| m.cost).sum();
+        if cost <= 0.0 {
+            return None;
+        }
+        let mut realised = 0.0;
+        for m in &self.last_judged {
+            let Some(rec) = hot.superpage(m.sp) else {
+                continue;
+            };
+            let mut share = (m.len / PAGE_SIZE) as f64 / SUBPAGES as f64;
+            if rec.slot != NO_SLOT {
+                let (range, all) = hot.stage2_sums(rec.slot, m.start, m.len);
+                let (range, all) =
+                    if rec.slot == m.slot && range >= m.base_range && all >= m.base_all {
+                        (range - m.base_range, all - m.base_all)
+                    } else {
+                        (range, all)
+                    };
+                if all > 0 {
+                    share = f64::from(range) / f64::from(all);
+                }
+            }
+            let value = costs.access_value(
+                f64::from(rec.epoch_r) * share,
+                f64::from(rec.epoch_w) * share,
+            );
+            realised += if m.evicted { -value } else { value };
+        }
+        Some(realised / cost)
+    }
+}
+
+/// Whether the cooled heat still holds data reused `reuse` apart: it halves (for a cooling
+/// shift of 1) every counting interval, so after three intervals a superpage keeps an eighth
+/// of its heat and drops out of the 70 % hot set.
+pub(super) fn snapshot_covers(cfg: &EngineConfig, reuse: Option<Duration>) -> bool {
+    let span = cfg.interval() * 3u32.div_ceil(cfg.cooling_shift.max(1));
+    reuse.is_none_or(|r| r <= span)
+}

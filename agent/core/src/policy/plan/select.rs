@@ -1,0 +1,335 @@
+//! Step 4 of a plan: which candidates and victims actually move, within room and budgets.
+//!
+//! In order: demotions to get under the watermark; promotions into free room, and where the room
+//! runs out, swaps judged by Rainbow's Eq. (2) against the coldest victims; then, when the
+//! workload is bandwidth-bound, read-dominant data handed back to the slow tier until the fast
+//! tier serves its BW-AWARE share.
+
+use std::collections::BTreeSet;
+
+use super::{MoveReason, PlannedMove, candidates::Candidate, victims::Victim};
+use crate::{
+    policy::{
+        benefit::{CostModel, Threshold},
+        rw::WritePrediction,
+    },
+    units::{Direction, PAGE_SIZE},
+};
+
+/// A move the plan keeps.
+pub(super) struct Accepted {
+    pub(super) mv: PlannedMove,
+    /// Bytes that change tier.
+    pub(super) bytes: u64,
+}
+
+/// The moves chosen so far.
+#[derive(Default)]
+pub(super) struct Outcome {
+    pub(super) moves: Vec<Accepted>,
+    promoted_sps: BTreeSet<u64>,
+    demoted_sps: BTreeSet<u64>,
+    pub(super) promote_bytes: u64,
+    pub(super) demote_bytes: u64,
+}
+
+impl Outcome {
+    fn promote(&mut self, c: &Candidate, reason: MoveReason, benefit: f64) {
+        self.promoted_sps.insert(c.sp);
+        self.promote_bytes += c.need;
+        let len = c.gran.bytes();
+        self.moves.push(Accepted {
+            mv: PlannedMove {
+                start: c.start,
+                len,
+                direction: Direction::Promote,
+                granularity: c.gran,
+                reason,
+                expected_benefit: benefit,
+            },
+            bytes: c.need,
+        });
+    }
+
+    fn demote(&mut self, v: Victim, reason: MoveReason, benefit: f64) {
+        self.demoted_sps.insert(v.sp);
+        self.demote_bytes += v.len;
+        self.moves.push(Accepted {
+            mv: PlannedMove {
+                start: v.start,
+                len: v.len,
+                direction: Direction::Demote,
+                granularity: v.gran,
+                reason,
+                expected_benefit: benefit,
+            },
+            bytes: v.len,
+        });
+    }
+}
+
+/// What a selection chose, and what it left.
+pub(super) struct Chosen {
+    pub(super) out: Outcome,
+    /// Fast-tier bytes still free for promotions (negative: over the room).
+    pub(super) room_left: i128,
+    /// Some promotion needed an eviction.
+    pub(super) swapped: bool,
+}
+
+/// The state of one plan's selection: room, budgets, the victims not yet taken.
+pub(super) struct Selection<'a> {
+    costs: &'a CostModel,
+    threshold: &'a Threshold,
+    /// Coldest per byte first; `victims[next_victim..]` are still available.
+    victims: Vec<Victim>,
+    next_victim: usize,
+    /// Fast-tier bytes still free for promotions (negative: over the room already).
+    room: i128,
+    promote_budget: u64,
+    demote_budget: u64,
+    /// Accesses per epoch the fast tier serves after the moves so far.
+    fast_traffic: f64,
+    /// Counter units of one sample: a victim with less than that was never really sampled.
+    evidence_unit: f64,
+    swapped: bool,
+    out: Outcome,
+}
+
+/// How a promotion that needs evictions ended.
+enum Swap {
+    Done,
+    /// Not enough victims, or not worth it: no later candidate is tried either.
+    Stop,
+}
+
+impl<'a> Selection<'a> {
+    pub(super) fn new(
+        costs: &'a CostModel,
+        threshold: &'a Threshold,
+        victims: Vec<Victim>,
+        promote_room: u64,
+        (promote_budget, demote_budget): (u64, u64),
+        fast_traffic: f64,
+        evidence_unit: f64,
+    ) -> Self {
+        Self {
+            costs,
+            threshold,
+            victims,
+            next_victim: 0,
+            room: i128::from(promote_room),
+            promote_budget,
+            demote_budget,
+            fast_traffic,
+            evidence_unit,
+            swapped: false,
+            out: Outcome::default(),
+        }
+    }
+
+    pub(super) fn finish(self) -> Chosen {
+        Chosen {
+            out: self.out,
+            room_left: self.room,
+            swapped: self.swapped,
+        }
+    }
+
+    /// What demoting `v` costs: its accesses from the slow tier, plus the write-back.
+    fn eviction_value(&self, v: &Victim) -> f64 {
+        -(self.costs.access_value(v.reads, v.writes) + self.costs.writeback_cost(v.len))
+    }
+
+    /// Demotes the coldest victims until `demand` bytes are out (the watermarks' ask).
+    pub(super) fn demote_to_watermark(&mut self, demand: u64) {
+        let mut demoted = 0u64;
+        while demoted < demand && self.next_victim < self.victims.len() {
+            let v = self.victims[self.next_victim];
+            self.next_victim += 1;
+            if v.len > self.demote_budget {
+                continue;
+            }
+            self.demote_budget -= v.len;
+            demoted += v.len;
+            self.room += i128::from(v.len);
+            let value = self.eviction_value(&v);
+            self.out.demote(v, MoveReason::Watermark, value);
+        }
+    }
+
+    /// Promotes the candidates in order: into free room, else by swapping out victims when
+    /// Eq. (2) says so. A candidate that would push the fast tier past `share_limit` accesses
+    /// per epoch (BW-AWARE) is skipped.
+    pub(super) fn promote(&mut self, candidates: &[Candidate], share_limit: Option<f64>) {
+        for (ci, c) in candidates.iter().enumerate() {
+            if c.need > self.promote_budget || self.out.demoted_sps.contains(&c.sp) {
+                continue;
+            }
+            if share_limit.is_some_and(|lim| self.fast_traffic + c.traffic > lim) {
+                continue;
+            }
+            if self.room >= i128::from(c.need) {
+                self.room -= i128::from(c.need);
+                let reason = if c.class > WritePrediction::UnWd {
+                    MoveReason::WriteHot
+                } else {
+                    MoveReason::Hot
+                };
+                self.promote_budget -= c.need;
+                self.fast_traffic += c.traffic;
+                self.out.promote(c, reason, c.benefit);
+            } else if let Swap::Stop = self.swap(c, &candidates[ci + 1..]) {
+                break;
+            }
+        }
+    }
+
+    /// Eq. (2): evicts the coldest victims until `c` fits, if it is worth it. `later` are the
+    /// candidates after `c`, which may ride along in room a whole evicted superpage frees.
+    fn swap(&mut self, c: &Candidate, later: &[Candidate]) -> Swap {
+        let mut picked = Vec::new();
+        let (mut freed, mut vr, mut vw) = (0u64, 0.0, 0.0);
+        let mut j = self.next_victim;
+        // A run of cold 4 KiB pages longer than what is still missing gives up only that much
+        // (its counts pro rata); the rest stays a victim for the next candidates.
+        let mut split = None;
+        while self.room + i128::from(freed) < i128::from(c.need) && j < self.victims.len() {
+            let v = self.victims[j];
+            if self.out.promoted_sps.contains(&v.sp)
+                || v.sp == c.sp
+                || freed + v.len > self.demote_budget
+            {
+                j += 1;
+                continue;
+            }
+            let missing = u64::try_from(i128::from(c.need) - self.room - i128::from(freed))
+                .unwrap_or(0)
+                .next_multiple_of(PAGE_SIZE);
+            let (part, rest) = v.take(missing);
+            picked.push(part);
+            freed += part.len;
+            vr += part.reads;
+            vw += part.writes;
+            if let Some(rest) = rest {
+                split = Some(rest);
+            } else {
+                j += 1;
+            }
+        }
+        if self.room + i128::from(freed) < i128::from(c.need) {
+            return Swap::Stop;
+        }
+        // A whole superpage frees more than one candidate needs. When it had no sample at all
+        // this epoch, the candidates after this one that fit in the surplus share its cost
+        // (Eq. 2 over the group): a 64 KiB chunk alone never pays for copying out 2 MiB, so a
+        // stream's next window stayed slow behind its cold last one. A victim with any traffic
+        // is still weighed against this candidate alone: trading warm superpages for groups
+        // churned the 64 KiB-clustered workload.
+        let surplus =
+            u64::try_from(self.room + i128::from(freed) - i128::from(c.need)).unwrap_or(0);
+        let (gr, gw, gneed, gcount) = riders(
+            later,
+            if vr + vw < self.evidence_unit {
+                surplus
+            } else {
+                0
+            },
+            self.promote_budget - c.need,
+            |sp| self.out.demoted_sps.contains(&sp) || picked.iter().any(|v| v.sp == sp),
+        );
+        let group_need = c.need + gneed;
+        // Eq. (2) charges one migration; every further chunk in or out is one more operation (a
+        // TLB shootdown each), or a swap out of many small cold runs would look as cheap as one
+        // out of a single superpage.
+        let extra_ops = (gcount + picked.len()).saturating_sub(1) as f64;
+        let delta = self
+            .costs
+            .eq2((c.reads + gr, c.writes + gw, group_need), (vr, vw, freed))
+            - extra_ops * self.costs.migrate_op_ns;
+        if delta <= self.threshold.for_bytes(group_need) {
+            return Swap::Stop;
+        }
+        if let Some(rest) = split {
+            self.victims[j] = rest;
+        }
+        self.next_victim = j;
+        self.demote_budget -= freed;
+        self.room += i128::from(freed) - i128::from(c.need);
+        for v in picked {
+            let value = self.eviction_value(&v);
+            self.out.demote(v, MoveReason::Evict, value);
+        }
+        self.swapped = true;
+        self.promote_budget -= c.need;
+        self.fast_traffic += c.traffic;
+        self.out.promote(c, MoveReason::Swap, delta);
+        Swap::Done
+    }
+
+    /// BW-AWARE: when the fast tier serves more than its share `share_target` (plus
+    /// `tolerance`) of `total` traffic, hands read-dominant data back to the slow tier (Memos:
+    /// RD first). Returns the fast tier's share before that, when a share applies.
+    pub(super) fn hand_back_bandwidth(
+        &mut self,
+        share_target: Option<f64>,
+        tolerance: f64,
+        total: f64,
+    ) -> Option<f64> {
+        let f = share_target.filter(|_| total > 0.0)?;
+        let fast_share = self.fast_traffic / total;
+        let excess = self.fast_traffic - (f + tolerance) * total;
+        if excess <= 0.0 {
+            return Some(fast_share);
+        }
+        let mut rest: Vec<Victim> = self.victims[self.next_victim..]
+            .iter()
+            .filter(|v| !self.out.promoted_sps.contains(&v.sp))
+            .copied()
+            .collect();
+        rest.sort_by(|a, b| {
+            b.read_dominant
+                .cmp(&a.read_dominant)
+                .then(
+                    ((b.reads + b.writes) / b.len as f64)
+                        .total_cmp(&((a.reads + a.writes) / a.len as f64)),
+                )
+                .then(a.start.cmp(&b.start))
+        });
+        let mut moved = 0.0;
+        for v in rest {
+            if moved >= excess {
+                break;
+            }
+            if v.len > self.demote_budget {
+                continue;
+            }
+            self.demote_budget -= v.len;
+            moved += v.traffic;
+            let value = -self.costs.access_value(v.reads, v.writes);
+            self.out.demote(v, MoveReason::Bandwidth, value);
+        }
+        Some(fast_share)
+    }
+}
+
+/// Reads, writes, bytes and number of the candidates, in order, that fit in `surplus` bytes of
+/// room and `budget` bytes of promotion budget, skipping the superpages `excluded` says to.
+pub(super) fn riders(
+    candidates: &[Candidate],
+    surplus: u64,
+    budget: u64,
+    excluded: impl Fn(u64) -> bool,
+) -> (f64, f64, u64, usize) {
+    let (mut reads, mut writes, mut need, mut count) = (0.0, 0.0, 0u64, 0);
+    for c in candidates {
+        if need + c.need > surplus.min(budget) || excluded(c.sp) {
+            continue;
+        }
+        reads += c.reads;
+        writes += c.writes;
+        need += c.need;
+        count += 1;
+    }
+    (reads, writes, need, count)
+}

@@ -1,0 +1,130 @@
+use super::{
+    candidates::Candidate,
+    learn::snapshot_covers,
+    select::riders,
+    victims::{Victim, runs},
+    *,
+};
+use crate::{
+    engine::EngineConfig,
+    policy::rw::WritePrediction,
+    units::{Residency, SUPERPAGE_SIZE, Tier},
+};
+
+fn mv(start: u64, len: u64, gran: Granularity, reason: MoveReason) -> PlannedMove {
+    PlannedMove {
+        start,
+        len,
+        direction: Direction::Promote,
+        granularity: gran,
+        reason,
+        expected_benefit: 1.0,
+    }
+}
+
+#[test]
+fn a_heat_snapshot_judges_shifts_only_of_data_reused_within_it() {
+    let mut cfg = EngineConfig::default();
+    let ms = Duration::from_millis;
+    // 50 ms intervals, heat halved at each: three intervals, 150 ms.
+    assert!(snapshot_covers(&cfg, None));
+    assert!(snapshot_covers(&cfg, Some(ms(150))));
+    // A sweep seen again only after a second looks like a new hot set every epoch.
+    assert!(!snapshot_covers(&cfg, Some(ms(200))));
+    assert!(!snapshot_covers(&cfg, Some(ms(1000))));
+    // Cooling by 3 bits forgets within one interval.
+    cfg.cooling_shift = 3;
+    assert!(snapshot_covers(&cfg, Some(ms(50))));
+    assert!(!snapshot_covers(&cfg, Some(ms(100))));
+}
+
+#[test]
+fn riders_take_what_fits_in_order_and_skip_excluded_superpages() {
+    let chunk = |sp: u64, need: u64, reads: f64| Candidate {
+        sp,
+        start: sp << 21,
+        gran: Granularity::KIB_64,
+        need,
+        reads,
+        writes: 1.0,
+        benefit: reads,
+        traffic: reads,
+        class: WritePrediction::UnWd,
+    };
+    let k = 64 * 1024;
+    let candidates = [
+        chunk(1, k, 10.0),
+        chunk(2, 2 * k, 20.0), // does not fit after the first: skipped, not a stop
+        chunk(3, k, 30.0),     // excluded
+        chunk(4, k, 40.0),
+    ];
+    let (reads, writes, need, count) = riders(&candidates, 2 * k, u64::MAX, |sp| sp == 3);
+    assert_eq!((need, count), (2 * k, 2));
+    assert_eq!((reads, writes), (50.0, 2.0));
+    // The promotion budget bounds the group as much as the room does.
+    assert_eq!(riders(&candidates, 8 * k, k, |_| false).2, k);
+    assert_eq!(
+        riders(&candidates, 0, u64::MAX, |_| false),
+        (0.0, 0.0, 0, 0)
+    );
+}
+
+#[test]
+fn finish_sorts_and_merges_only_like_ranges() {
+    let g = Granularity::KIB_4;
+    let out = finish(vec![
+        mv(8192, 4096, g, MoveReason::Hot),
+        mv(0, 4096, g, MoveReason::Hot),
+        mv(4096, 4096, g, MoveReason::Hot),
+        mv(12288, 4096, g, MoveReason::Swap),
+    ]);
+    assert_eq!(out.len(), 2);
+    assert_eq!(
+        (out[0].start, out[0].len, out[0].expected_benefit),
+        (0, 12288, 3.0)
+    );
+    assert_eq!(out[1].reason, MoveReason::Swap);
+}
+
+#[test]
+fn a_long_cold_run_gives_up_only_what_a_candidate_needs() {
+    let v = Victim {
+        sp: 1,
+        start: 1 << 21,
+        len: 32 * PAGE_SIZE,
+        gran: Granularity::KIB_4,
+        reads: 32.0,
+        writes: 8.0,
+        traffic: 64.0,
+        read_dominant: true,
+    };
+    let (part, rest) = v.take(PAGE_SIZE);
+    let rest = rest.expect("the rest stays a victim");
+    assert_eq!((part.start, part.len), (1 << 21, PAGE_SIZE));
+    assert_eq!(
+        (rest.start, rest.len),
+        ((1 << 21) + PAGE_SIZE, 31 * PAGE_SIZE)
+    );
+    assert!((part.reads - 1.0).abs() < 1e-9 && (rest.reads - 31.0).abs() < 1e-9);
+    assert!((part.writes + rest.writes - 8.0).abs() < 1e-9);
+    assert!((part.traffic - 2.0).abs() < 1e-9);
+    // Whole superpages and runs no longer than the need are taken whole.
+    assert!(v.take(32 * PAGE_SIZE).1.is_none());
+    let whole = Victim {
+        len: SUPERPAGE_SIZE,
+        gran: Granularity::MIB_2,
+        ..v
+    };
+    assert_eq!(whole.take(PAGE_SIZE).0.len, SUPERPAGE_SIZE);
+}
+
+#[test]
+fn runs_split_on_tier_and_predicate() {
+    let mut r = Residency::all(Tier::Slow);
+    for p in [0, 1, 2, 5, 6, 511] {
+        r.set(p, Some(Tier::Fast));
+    }
+    let mut got = Vec::new();
+    runs(&r, |p| p != 1, |s, n| got.push((s, n)));
+    assert_eq!(got, vec![(0, 1), (2, 1), (5, 2), (511, 1)]);
+}

@@ -1,0 +1,333 @@
+//! Step 3 of a plan: fast-resident data that could be demoted to make room, coldest per byte
+//! first, and how the target's traffic splits between the tiers (for the bandwidth share).
+//!
+//! A sampled superpage offers its settled, not-hot fast pages (by its stage-2 counts when it has
+//! them, else its stage-1 heat spread evenly), whole when all 512 are fast and none is hot;
+//! resident data never sampled comes last in value and first in line: the coldest of all.
+
+use super::{Planner, Scale};
+use crate::{
+    engine::{
+        HotnessView,
+        domain::{self, Domain},
+        subpage,
+        superpage::{NO_SLOT, SuperpageRecord},
+    },
+    policy::{PlacementView, benefit::CostModel, capacity::page_bits},
+    units::{
+        Direction, Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier,
+        subpage_index, superpage_base, superpage_of,
+    },
+};
+
+/// Fast-resident data that could be demoted.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Victim {
+    pub(super) sp: u64,
+    pub(super) start: u64,
+    pub(super) len: u64,
+    pub(super) gran: Granularity,
+    pub(super) reads: f64,
+    pub(super) writes: f64,
+    /// Accesses per epoch on the stage-1 scale.
+    pub(super) traffic: f64,
+    pub(super) read_dominant: bool,
+}
+
+impl Victim {
+    /// Splits off the first `bytes` of a run of 4 KiB pages (counts pro rata); whole-superpage
+    /// victims and runs no longer than `bytes` are taken whole.
+    pub(super) fn take(self, bytes: u64) -> (Self, Option<Self>) {
+        if self.gran != Granularity::KIB_4 || bytes == 0 || bytes >= self.len {
+            return (self, None);
+        }
+        let f = bytes as f64 / self.len as f64;
+        let part = Self {
+            len: bytes,
+            reads: self.reads * f,
+            writes: self.writes * f,
+            traffic: self.traffic * f,
+            ..self
+        };
+        let rest = Self {
+            start: self.start + bytes,
+            len: self.len - bytes,
+            reads: self.reads - part.reads,
+            writes: self.writes - part.writes,
+            traffic: self.traffic - part.traffic,
+            ..self
+        };
+        (part, Some(rest))
+    }
+}
+
+/// Estimated accesses per epoch served by the fast tier, and in total.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Traffic {
+    pub(super) fast: f64,
+    pub(super) total: f64,
+}
+
+/// The superpage being looked at, and what it needs from the planner's state.
+struct SuperpageVictims<'a> {
+    rec: &'a SuperpageRecord,
+    residency: Residency,
+    /// Accesses per epoch on the stage-1 scale.
+    accesses: f64,
+    /// Pages promoted within the hysteresis window (not victims).
+    recent: [u64; 8],
+    read_dominant: bool,
+}
+
+impl SuperpageVictims<'_> {
+    fn settled(&self, p: usize) -> bool {
+        self.recent[p / 64] & (1 << (p % 64)) == 0
+    }
+
+    fn whole_fast_and_settled(&self) -> bool {
+        self.residency.fast_pages() as usize == SUBPAGES && self.recent == [0; 8]
+    }
+
+    /// The whole superpage as one victim, moved as a huge page.
+    fn whole(&self, reads: f64, writes: f64, traffic: f64) -> Victim {
+        Victim {
+            sp: self.rec.sp,
+            start: superpage_base(self.rec.sp),
+            len: SUPERPAGE_SIZE,
+            gran: Granularity::MIB_2,
+            reads,
+            writes,
+            read_dominant: self.read_dominant,
+            traffic,
+        }
+    }
+
+    /// A run of `n` pages from page `first`, moved page by page.
+    fn run(&self, first: usize, n: usize, reads: f64, writes: f64, traffic: f64) -> Victim {
+        Victim {
+            start: superpage_base(self.rec.sp) + first as u64 * PAGE_SIZE,
+            len: n as u64 * PAGE_SIZE,
+            gran: Granularity::KIB_4,
+            ..self.whole(reads, writes, traffic)
+        }
+    }
+}
+
+impl Planner {
+    /// Fast-resident data that could be demoted, coldest per byte first, and the traffic split
+    /// between the tiers.
+    pub(super) fn collect_victims(
+        &self,
+        hot: &HotnessView<'_>,
+        costs: &CostModel,
+        view: &dyn PlacementView,
+        epoch: u64,
+        scale: Scale,
+    ) -> (Vec<Victim>, Traffic) {
+        let pc = &self.cfg;
+        let mut victims = Vec::new();
+        let mut traffic = Traffic::default();
+        for rec in hot.superpages() {
+            let acc = f64::from(rec.accesses()) * scale.k1;
+            traffic.total += acc;
+            let residency = view.residency(superpage_base(rec.sp));
+            if residency.fast_pages() == 0 {
+                continue;
+            }
+            // Stage 2 says which pages carry the traffic; without it assume it is spread evenly.
+            traffic.fast += acc * fast_fraction(hot, rec.slot, &residency);
+            let sv = SuperpageVictims {
+                rec,
+                residency,
+                accesses: acc,
+                recent: self.marks.reversed_pages(
+                    rec.sp,
+                    Direction::Demote,
+                    epoch,
+                    pc.capacity.hysteresis_epochs,
+                ),
+                read_dominant: domain::classify(
+                    u64::from(rec.heat_r),
+                    u64::from(rec.heat_w),
+                    pc.rw.read_write_ratio,
+                ) == Domain::ReadDominant,
+            };
+            if rec.slot == NO_SLOT {
+                stage1_victims(&sv, scale.k1, &mut victims);
+            } else {
+                self.stage2_victims(hot, costs, &sv, scale.k2, &mut victims);
+            }
+        }
+        self.never_sampled_victims(hot, view, epoch, &mut victims);
+        victims.sort_by(|a, b| {
+            let va = costs.access_value(a.reads, a.writes) / a.len as f64;
+            let vb = costs.access_value(b.reads, b.writes) / b.len as f64;
+            va.total_cmp(&vb).then(a.start.cmp(&b.start))
+        });
+        (victims, traffic)
+    }
+
+    /// The victims of a stage-2 superpage: its fast pages that are settled and not hot, valued
+    /// by their own counts.
+    fn stage2_victims(
+        &self,
+        hot: &HotnessView<'_>,
+        costs: &CostModel,
+        sv: &SuperpageVictims<'_>,
+        k2: f64,
+        victims: &mut Vec<Victim>,
+    ) {
+        // A page whose accesses pay for its copy is hot whatever the promotion threshold: a
+        // threshold raised to make promotions pickier must not make warm data an eviction
+        // victim (it would hand the watermark whole superpages of it).
+        let page_thr = self.cfg.benefit.threshold_ns;
+        let (r, w) = hot.counters(sv.rec.slot);
+        let total: f64 = r
+            .iter()
+            .chain(w)
+            .map(|c| f64::from(subpage::value(*c)))
+            .sum::<f64>()
+            * k2;
+        let per = sv.accesses / total.max(1.0);
+        let page = |p: usize| {
+            (
+                f64::from(subpage::value(r[p])) * k2,
+                f64::from(subpage::value(w[p])) * k2,
+            )
+        };
+        let is_hot = |p: usize| {
+            let (pr, pw) = page(p);
+            costs.eq1(pr, pw, PAGE_SIZE) > page_thr
+        };
+        let sum = |first: usize, n: usize| {
+            (first..first + n)
+                .map(page)
+                .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+        };
+        if sv.whole_fast_and_settled() && !(0..SUBPAGES).any(is_hot) {
+            let (reads, writes) = sum(0, SUBPAGES);
+            victims.push(sv.whole(reads, writes, (reads + writes) * per));
+        } else {
+            runs(
+                &sv.residency,
+                |p| sv.settled(p) && !is_hot(p),
+                |first, n| {
+                    let (reads, writes) = sum(first, n);
+                    victims.push(sv.run(first, n, reads, writes, (reads + writes) * per));
+                },
+            );
+        }
+    }
+
+    /// Resident data never sampled: the coldest of all, whole superpages where they are whole.
+    fn never_sampled_victims(
+        &self,
+        hot: &HotnessView<'_>,
+        view: &dyn PlacementView,
+        epoch: u64,
+        victims: &mut Vec<Victim>,
+    ) {
+        let hysteresis = self.cfg.capacity.hysteresis_epochs;
+        view.for_each_fast_range(&mut |start, len| {
+            let (mut a, end) = (
+                start.next_multiple_of(PAGE_SIZE),
+                (start + len) & !(PAGE_SIZE - 1),
+            );
+            while a < end {
+                let sp = superpage_of(a);
+                let piece_end = superpage_base(sp + 1).min(end);
+                let first = subpage_index(a);
+                let pages = ((piece_end - a) / PAGE_SIZE) as usize;
+                if hot.superpage(sp).is_none()
+                    && !self.marks.reverses(
+                        sp,
+                        &page_bits(first, pages),
+                        Direction::Demote,
+                        epoch,
+                        hysteresis,
+                    )
+                {
+                    let whole = a == superpage_base(sp) && piece_end == superpage_base(sp + 1);
+                    let gran = if whole {
+                        Granularity::MIB_2
+                    } else {
+                        Granularity::KIB_4
+                    };
+                    victims.push(Victim {
+                        sp,
+                        start: a,
+                        len: piece_end - a,
+                        gran,
+                        reads: 0.0,
+                        writes: 0.0,
+                        traffic: 0.0,
+                        read_dominant: true,
+                    });
+                }
+                a = piece_end;
+            }
+        });
+    }
+}
+
+/// The victims of a superpage without stage-2 counters: its stage-1 heat spread evenly over its
+/// settled fast pages.
+fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>) {
+    let per_page = |n: usize| {
+        let f = n as f64 / SUBPAGES as f64;
+        (
+            f64::from(sv.rec.heat_r) * k1 * f,
+            f64::from(sv.rec.heat_w) * k1 * f,
+        )
+    };
+    if sv.whole_fast_and_settled() {
+        let (reads, writes) = per_page(SUBPAGES);
+        victims.push(sv.whole(reads, writes, reads + writes));
+    } else {
+        runs(
+            &sv.residency,
+            |p| sv.settled(p),
+            |first, n| {
+                let (reads, writes) = per_page(n);
+                victims.push(sv.run(first, n, reads, writes, reads + writes));
+            },
+        );
+    }
+}
+
+/// Share of a superpage's accesses that falls on its fast-resident pages.
+fn fast_fraction(hot: &HotnessView<'_>, slot: u32, res: &Residency) -> f64 {
+    if slot == NO_SLOT {
+        return f64::from(res.fast_pages()) / SUBPAGES as f64;
+    }
+    let (r, w) = hot.counters(slot);
+    let (mut fast, mut all) = (0.0, 0.0);
+    for p in 0..SUBPAGES {
+        let c = f64::from(subpage::value(r[p]) + subpage::value(w[p]));
+        all += c;
+        if res.tier(p) == Some(Tier::Fast) {
+            fast += c;
+        }
+    }
+    if all > 0.0 {
+        fast / all
+    } else {
+        f64::from(res.fast_pages()) / SUBPAGES as f64
+    }
+}
+
+/// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
+pub(super) fn runs(res: &Residency, keep: impl Fn(usize) -> bool, mut f: impl FnMut(usize, usize)) {
+    let mut start = None;
+    for p in 0..=SUBPAGES {
+        let inside = p < SUBPAGES && res.tier(p) == Some(Tier::Fast) && keep(p);
+        match (inside, start) {
+            (true, None) => start = Some(p),
+            (false, Some(s)) => {
+                f(s, p - s);
+                start = None;
+            }
+            _ => {}
+        }
+    }
+}
