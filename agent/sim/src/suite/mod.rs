@@ -1,0 +1,335 @@
+//! `memtide sim --suite`: policies × workloads × presets, run in parallel, then the report
+//! ([`report`]: docs/evaluation.md plus SVG plots). Every number in the report is computed from
+//! the runs; nothing is typed in by hand.
+
+mod report;
+
+use std::{
+    collections::BTreeMap,
+    path::{Path, PathBuf},
+    sync::{
+        Arc, Mutex,
+        atomic::{AtomicUsize, Ordering},
+    },
+    time::Instant,
+};
+
+use anyhow::Context as _;
+
+use self::report::Report;
+use super::{
+    PolicyName,
+    baselines::static_place::StaticPlacement,
+    cli::SimArgs,
+    make_policy,
+    model::PresetName,
+    policy::{EnginePolicy, EngineVariant, SimPolicy},
+    run::{self, FastSize, Footprint, SimConfig, SimResult},
+    trace::{FileTrace, TraceSpec},
+    workload::{GenSpec, Workload},
+};
+
+/// Record weight of the captured lackey traces (scripts/capture-lackey-traces.sh keeps 1 in 64).
+pub const LACKEY_RECORD_WEIGHT: u32 = 64;
+/// Fixed epochs of the epoch sweep, ms.
+pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
+/// Fast shares of the BW-AWARE sweep.
+pub const BW_SHARES: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
+/// The single-pattern traces (and their mix) of the granularity section, under Ryoo's preset.
+const GRANULARITY_TRACES: [&str; 5] = [
+    "gups-hotset",
+    "clustered-64k",
+    "stream",
+    "sparse-superpage",
+    "phases",
+];
+/// The traces of the fixed-epoch sweep.
+const EPOCH_TRACES: [&str; 3] = ["strided-reuse", "shrinking", "oscillating"];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Choice {
+    Named(PolicyName),
+    FixedEpoch(u64),
+    Share(f64),
+}
+
+impl Choice {
+    fn label(self) -> String {
+        match self {
+            Self::Named(p) => p.name().to_owned(),
+            Self::FixedEpoch(ms) => format!("epoch-{ms}ms"),
+            Self::Share(f) => format!("f={f:.1}"),
+        }
+    }
+}
+
+struct Job {
+    section: &'static str,
+    trace: Arc<dyn TraceSpec>,
+    choice: Choice,
+    cfg: SimConfig,
+}
+
+type Results = BTreeMap<(&'static str, String, String), SimResult>;
+
+fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
+    let preset = job.cfg.preset;
+    let fp = job
+        .cfg
+        .footprint
+        .context("footprint measured before the jobs")?;
+    Ok(match job.choice {
+        Choice::Named(p) => make_policy(
+            p,
+            &preset,
+            &*job.trace,
+            &job.cfg,
+            run::fast_bytes(&job.cfg, fp),
+        )?,
+        Choice::FixedEpoch(ms) => {
+            Box::new(EnginePolicy::new(&preset, EngineVariant::FixedEpochMs(ms))?)
+        }
+        Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
+    })
+}
+
+/// Runs the suite and writes `<out>/evaluation.md` and `<out>/evaluation/*.svg`.
+pub fn run_suite(args: &SimArgs, base: &SimConfig) -> anyhow::Result<()> {
+    let started = Instant::now();
+    let mut traces: Vec<Arc<dyn TraceSpec>> = Workload::ALL
+        .iter()
+        .map(|&w| {
+            Arc::new(GenSpec {
+                workload: w,
+                footprint: args.footprint,
+                records: args.records,
+                seed: 42,
+            }) as Arc<dyn TraceSpec>
+        })
+        .collect();
+    let real = real_traces(&args.traces)?;
+    let real_names: Vec<String> = real.iter().map(|t| t.name()).collect();
+    traces.extend(real);
+
+    eprintln!("measuring footprints of {} traces", traces.len());
+    let mut footprints = BTreeMap::new();
+    for t in &traces {
+        footprints.insert(t.name(), run::measure_footprint(&**t)?);
+    }
+    let matrix = Matrix {
+        by_name: traces.iter().map(|t| (t.name(), Arc::clone(t))).collect(),
+        footprints: &footprints,
+        base,
+    };
+    let jobs = matrix.jobs(&traces);
+    let results = execute(&jobs, args.jobs)?;
+    let elapsed = started.elapsed().as_secs_f64();
+    let dir = args.out.join("evaluation");
+    std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+    let report = Report {
+        results: &results,
+        footprints: &footprints,
+        traces: traces.iter().map(|t| t.name()).collect(),
+        real: real_names,
+        args,
+        base,
+        elapsed,
+    };
+    let md = report.render(&dir)?;
+    let path = args.out.join("evaluation.md");
+    std::fs::write(&path, md).with_context(|| format!("writing {}", path.display()))?;
+    eprintln!(
+        "wrote {} ({} runs in {elapsed:.0} s)",
+        path.display(),
+        results.len()
+    );
+    Ok(())
+}
+
+/// The suite's matrix: which traces run under which policies, on which preset, section by
+/// section.
+struct Matrix<'a> {
+    by_name: BTreeMap<String, Arc<dyn TraceSpec>>,
+    footprints: &'a BTreeMap<String, Footprint>,
+    base: &'a SimConfig,
+}
+
+impl Matrix<'_> {
+    fn config(&self, preset: PresetName, fast: FastSize, name: &str) -> SimConfig {
+        SimConfig {
+            preset: preset.preset(),
+            fast,
+            footprint: self.footprints.get(name).copied(),
+            ..self.base.clone()
+        }
+    }
+
+    fn job(
+        &self,
+        section: &'static str,
+        trace: &str,
+        choice: Choice,
+        (preset, fast): (PresetName, FastSize),
+    ) -> Job {
+        Job {
+            section,
+            trace: Arc::clone(&self.by_name[trace]),
+            choice,
+            cfg: self.config(preset, fast, trace),
+        }
+    }
+
+    fn jobs(&self, traces: &[Arc<dyn TraceSpec>]) -> Vec<Job> {
+        let pmem = (PresetName::Pmem, self.base.fast);
+        let ryoo = (PresetName::Ryoo, self.base.fast);
+        let mut jobs = Vec::new();
+        // A: the main matrix.
+        for t in traces {
+            for p in PolicyName::ALL {
+                jobs.push(self.job("main", &t.name(), Choice::Named(p), pmem));
+            }
+        }
+        // B: granularity under Ryoo's projection.
+        let statics = [
+            PolicyName::Static4k,
+            PolicyName::Static64k,
+            PolicyName::Static2m,
+            PolicyName::Memtide,
+        ];
+        for w in GRANULARITY_TRACES {
+            for p in statics {
+                jobs.push(self.job("granularity", w, Choice::Named(p), ryoo));
+            }
+        }
+        // B': sampling sensitivity of the granularity choice: every record a sample.
+        for w in ["stream", "phases", "clustered-64k", "gups-hotset"] {
+            for p in [PolicyName::Memtide, PolicyName::Static2m] {
+                let mut job = self.job("sampling", w, Choice::Named(p), ryoo);
+                job.cfg.sample_rate = 1;
+                jobs.push(job);
+            }
+        }
+        // C: fixed-epoch sweep.
+        for w in EPOCH_TRACES {
+            for ms in EPOCHS_MS {
+                jobs.push(self.job("epoch", w, Choice::FixedEpoch(ms), pmem));
+            }
+        }
+        jobs.extend(self.bandwidth_jobs());
+        jobs.extend(self.preset_jobs());
+        jobs
+    }
+
+    /// D: BW-AWARE ratio sweep, capacity unconstrained.
+    fn bandwidth_jobs(&self) -> Vec<Job> {
+        let unconstrained = (PresetName::BwAware, FastSize::Ratio(1.0));
+        let mut jobs = Vec::new();
+        for w in ["bw-multistream", "pointer-chase"] {
+            for f in BW_SHARES {
+                jobs.push(self.job("bandwidth", w, Choice::Share(f), unconstrained));
+            }
+            for p in [
+                PolicyName::Memtide,
+                PolicyName::Interleave,
+                PolicyName::NoMigration,
+            ] {
+                jobs.push(self.job("bandwidth", w, Choice::Named(p), unconstrained));
+            }
+        }
+        jobs
+    }
+
+    /// E: other presets.
+    fn preset_jobs(&self) -> Vec<Job> {
+        let preset_traces = [
+            "gups-hotset",
+            "zipf-kv",
+            "clustered-64k",
+            "rw-mix",
+            "phases",
+            "oscillating",
+        ];
+        let mut jobs = Vec::new();
+        for preset in [PresetName::Cxl, PresetName::RainbowPcm] {
+            for w in preset_traces {
+                for p in [
+                    PolicyName::Memtide,
+                    PolicyName::Oracle,
+                    PolicyName::Tpp,
+                    PolicyName::Hemem,
+                    PolicyName::Memtis,
+                    PolicyName::Damon,
+                ] {
+                    let fast = (preset, self.base.fast);
+                    jobs.push(self.job(preset.name(), w, Choice::Named(p), fast));
+                }
+            }
+        }
+        jobs
+    }
+}
+
+fn real_traces(dir: &Path) -> anyhow::Result<Vec<Arc<dyn TraceSpec>>> {
+    let mut out: Vec<Arc<dyn TraceSpec>> = Vec::new();
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        eprintln!("no trace directory {}: real traces skipped", dir.display());
+        return Ok(out);
+    };
+    let mut paths: Vec<PathBuf> = rd
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.to_string_lossy().contains(".lackey"))
+        .collect();
+    paths.sort();
+    for path in paths {
+        out.push(Arc::new(FileTrace {
+            path,
+            format: Some(super::trace::Format::Lackey),
+            lenient: false,
+            record_weight: Some(LACKEY_RECORD_WEIGHT),
+        }));
+    }
+    Ok(out)
+}
+
+fn execute(jobs: &[Job], threads: Option<usize>) -> anyhow::Result<Results> {
+    let threads = threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
+        .max(1);
+    let bar = indicatif::ProgressBar::new(jobs.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {pos}/{len} {msg}")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let next = AtomicUsize::new(0);
+    let out: Mutex<Vec<(usize, anyhow::Result<SimResult>)>> = Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(job) = jobs.get(i) else { break };
+                    let r = build(job).and_then(|mut p| {
+                        run::run(&*job.trace, &mut *p, &job.cfg).map_err(anyhow::Error::from)
+                    });
+                    bar.set_message(format!("{} / {}", job.trace.name(), job.choice.label()));
+                    bar.inc(1);
+                    if let Ok(mut o) = out.lock() {
+                        o.push((i, r));
+                    }
+                }
+            });
+        }
+    });
+    bar.finish_and_clear();
+    let mut results = Results::new();
+    let done = out
+        .into_inner()
+        .map_err(|_| anyhow::anyhow!("a suite worker panicked"))?;
+    for (i, r) in done {
+        let job = &jobs[i];
+        let r = r.with_context(|| format!("{} under {}", job.trace.name(), job.choice.label()))?;
+        results.insert((job.section, job.trace.name(), job.choice.label()), r);
+    }
+    Ok(results)
+}

@@ -1,0 +1,136 @@
+//! The evaluation report: docs/evaluation.md and its plots, from the suite's results.
+//!
+//! The prose that does not depend on the runs lives beside this file (`intro.md`, `notes.md`);
+//! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
+//! tables and plots ([`tables`]), and the diagnosis of where memtide falls short
+//! ([`diagnostics`]).
+
+mod checks;
+mod diagnostics;
+mod tables;
+
+use std::{collections::BTreeMap, path::Path};
+
+use super::{Results, SimArgs, SimConfig};
+use crate::{
+    PolicyName,
+    run::{Footprint, SimResult},
+};
+
+/// The page's opening: what it is and how to read it.
+const INTRO: &str = include_str!("intro.md");
+/// The page's closing: what the baselines model, and the limits of the evaluation.
+const NOTES: &str = include_str!("notes.md");
+
+pub(super) struct Report<'a> {
+    pub(super) results: &'a Results,
+    pub(super) footprints: &'a BTreeMap<String, Footprint>,
+    pub(super) traces: Vec<String>,
+    pub(super) real: Vec<String>,
+    pub(super) args: &'a SimArgs,
+    pub(super) base: &'a SimConfig,
+    pub(super) elapsed: f64,
+}
+
+impl Report<'_> {
+    fn get(&self, section: &str, trace: &str, choice: &str) -> Option<&SimResult> {
+        self.results
+            .iter()
+            .find(|((s, t, c), _)| *s == section && t == trace && c == choice)
+            .map(|(_, r)| r)
+    }
+
+    fn main(&self, trace: &str, p: PolicyName) -> Option<&SimResult> {
+        self.get("main", trace, p.name())
+    }
+
+    fn command(&self) -> String {
+        let a = self.args;
+        format!(
+            "cargo run --release -p memtide --bin memtide -- sim --suite --records {} --footprint {} --sample-rate {} --seed {} --out {} --traces {}",
+            a.records,
+            a.footprint,
+            self.base.sample_rate,
+            self.base.seed,
+            a.out.display(),
+            a.traces.display()
+        )
+    }
+
+    /// The whole page, section by section; the plots go to `dir`.
+    pub(super) fn render(&self, dir: &Path) -> anyhow::Result<String> {
+        let mut o = String::from(INTRO);
+        self.setup(&mut o);
+        self.headline(&mut o);
+        self.granularity_checks(&mut o);
+        self.epoch_checks(&mut o);
+        self.other_checks(&mut o);
+        self.main_matrix(&mut o);
+        self.granularity_tables(&mut o);
+        self.epoch_sweep(&mut o, dir)?;
+        self.bandwidth(&mut o, dir)?;
+        self.other_presets(&mut o);
+        self.plots(&mut o, dir)?;
+        o.push_str(&self.diagnostics());
+        o.push_str(&vm_comparison(&self.args.out));
+        o.push_str(NOTES);
+        Ok(o)
+    }
+}
+
+fn geomean(v: impl IntoIterator<Item = f64>) -> f64 {
+    let (mut s, mut n) = (0.0, 0u32);
+    for x in v {
+        if x > 0.0 && x.is_finite() {
+            s += x.ln();
+            n += 1;
+        }
+    }
+    if n == 0 {
+        f64::NAN
+    } else {
+        (s / f64::from(n)).exp()
+    }
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok { "**holds**" } else { "**does not hold**" }
+}
+
+/// The measured (not simulated) comparison from the two-node VM suite, if
+/// `<out>/evaluation/vm-comparison.md` exists: the table `vm/test.sh vm::compare` writes to
+/// target/vm/vm-comparison.md, copied there.
+fn vm_comparison(out: &Path) -> String {
+    let path = out.join("evaluation").join("vm-comparison.md");
+    match std::fs::read_to_string(&path) {
+        Ok(table) => format!(
+            "\n## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot\n\n\
+             Measured, not simulated: the VM suite's comparison test \
+             (`agent/tests/vm/compare.rs`), embedded from `evaluation/vm-comparison.md`.\n\n{}\n",
+            table.trim_end()
+        ),
+        Err(_) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod vm_comparison_tests {
+    use super::vm_comparison;
+
+    #[test]
+    fn the_vm_table_is_embedded_when_present() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(vm_comparison(dir.path()), "", "no file, no section");
+        std::fs::create_dir(dir.path().join("evaluation")).unwrap();
+        std::fs::write(
+            dir.path().join("evaluation/vm-comparison.md"),
+            "| system | hot |\n|---|---|\n| memtide | 99 % |\n\n",
+        )
+        .unwrap();
+        let section = vm_comparison(dir.path());
+        assert!(
+            section.contains("## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot")
+        );
+        assert!(section.ends_with("| memtide | 99 % |\n"), "{section:?}");
+    }
+}
