@@ -20,9 +20,8 @@ use std::{
 use memtide::{
     bpf,
     sources::{
-        ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
-        sampler::Sampler,
-        swfault,
+        SampleRoute, SampleRouter, TargetChannel, TargetInput,
+        perf::{ring::run_sample_ring, sampler::Sampler, swfault},
     },
 };
 use tokio::sync::mpsc;
@@ -133,10 +132,10 @@ fn main() {
         Sampler::start(&swfault::spec(cpus, 1, 1 << 24, true)).expect("start sampler");
     sampler.add_target(workload.pid).expect("target");
     let counters = Arc::new(IngestCounters::default());
-    let (control, control_rx) = mpsc::channel(4);
+    let (control, control_rx) = mpsc::unbounded_channel();
     let (samples_tx, mut samples_rx) = mpsc::channel(1 << 16);
     control
-        .try_send(SampleRoute::Add {
+        .send(SampleRoute::Add {
             pid: workload.pid,
             sender: TargetChannel(samples_tx),
         })
@@ -150,8 +149,10 @@ fn main() {
     ));
     let consumer = runtime.spawn(async move {
         let mut samples = 0u64;
-        while let Some(batch) = samples_rx.recv().await {
-            samples += batch.len() as u64;
+        while let Some(input) = samples_rx.recv().await {
+            if let TargetInput::Samples(batch) = input {
+                samples += batch.len() as u64;
+            }
         }
         samples
     });

@@ -11,7 +11,7 @@
 //! once the trace is complete. Samples the ring or the queue had to drop are counted and
 //! reported, never silently lost.
 
-use memtide_core::ingest::{IngestCounters, SampleBatch};
+use memtide_core::ingest::IngestCounters;
 use memtide_host::probe::SourceKind;
 use std::{
     collections::BTreeMap,
@@ -30,11 +30,14 @@ use tokio::{
 };
 
 use crate::sources::{
-    PerfSourceOptions, PerfSpecError,
-    budget::KernelLimits,
-    ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
-    perf_spec_for,
-    sampler::{Sampler, SamplerError},
+    SampleRoute, SampleRouter, TargetChannel, TargetInput,
+    perf::{
+        PerfSourceOptions, PerfSpecError,
+        budget::KernelLimits,
+        perf_spec_for,
+        ring::run_sample_ring,
+        sampler::{Sampler, SamplerError},
+    },
 };
 use memtide_host::{
     probe::pmu::PmuScan,
@@ -157,11 +160,11 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
 
     let counters = Arc::new(IngestCounters::default());
     let mut router = SampleRouter::new(1024, Arc::clone(&counters));
-    let (samples_tx, mut samples_rx) = mpsc::channel::<SampleBatch>(QUEUE_BATCHES);
+    let (samples_tx, mut samples_rx) = mpsc::channel::<TargetInput>(QUEUE_BATCHES);
     router.apply(SampleRoute::SetDefault {
         sender: Some(TargetChannel(samples_tx)),
     });
-    let (control_tx, control_rx) = mpsc::channel(1);
+    let (control_tx, control_rx) = mpsc::unbounded_channel();
     let ingest = tokio::spawn(run_sample_ring(ring, router, control_rx));
 
     let index: BTreeMap<u32, u64> = options
@@ -176,7 +179,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         let mut liveness = tokio::time::interval(LIVENESS_CHECK);
         loop {
             tokio::select! {
-                Some(batch) = samples_rx.recv() => {
+                Some(TargetInput::Samples(batch)) = samples_rx.recv() => {
                     writer.write(&counts.convert(&batch, &index)).map_err(output)?;
                 }
                 _ = terminate.recv() => break "SIGTERM",
@@ -201,10 +204,12 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         .map_err(|error| RecordError::Ring(io::Error::other(error)))?
         .map_err(RecordError::Ring)?;
     drop(router);
-    while let Some(batch) = samples_rx.recv().await {
-        writer
-            .write(&counts.convert(&batch, &index))
-            .map_err(output)?;
+    while let Some(input) = samples_rx.recv().await {
+        if let TargetInput::Samples(batch) = input {
+            writer
+                .write(&counts.convert(&batch, &index))
+                .map_err(output)?;
+        }
     }
     let records = writer.finish().map_err(output)?;
     std::fs::rename(&partial, &options.out).map_err(|source| RecordError::Output {

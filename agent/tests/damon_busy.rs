@@ -7,10 +7,10 @@ mod support;
 use std::{collections::BTreeMap, fs, path::Path};
 
 use memtide::sources::{
-    PerfSourceOptions,
-    budget::KernelLimits,
-    damon_source::DamonSource,
-    running::{StartContext, start_first},
+    StartContext,
+    damon::DamonSource,
+    perf::{PerfSourceOptions, budget::KernelLimits},
+    start_first,
 };
 use memtide_config::DamonMonitorConfig;
 use memtide_host::{

@@ -219,8 +219,8 @@ fn target_exit_mid_batch_aborts_cleanly() {
         "{report:?}"
     );
     assert_eq!(backend.calls, 1, "no move_pages call after the exit");
-    assert_eq!(report.pages_attempted, 64);
-    assert_eq!(report.aborted_pages, PAGES - 64, "{report:?}");
+    assert_eq!(report.total().pages_attempted, 64);
+    assert_eq!(report.total().aborted_pages, PAGES - 64, "{report:?}");
     assert_eq!(executor.pending_retries(pid), 0);
     // The pidfd keeps saying so, whatever process gets the pid next.
     assert!(target.exited().expect("poll pidfd"));

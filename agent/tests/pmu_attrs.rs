@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use memtide::sources::{
+use memtide::sources::perf::{
     PerfSourceOptions, PerfSpecError,
     budget::{Binding, KernelLimits},
     ibs::{self, IbsOptions},

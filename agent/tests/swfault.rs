@@ -13,9 +13,8 @@ use std::{
 };
 
 use memtide::sources::{
-    ingest::{SampleRoute, SampleRouter, TargetChannel, run_sample_ring},
-    sampler::Sampler,
-    swfault,
+    SampleRoute, SampleRouter, TargetChannel, TargetInput,
+    perf::{ring::run_sample_ring, sampler::Sampler, swfault},
 };
 use support::Workload;
 use tokio::sync::mpsc;
@@ -44,14 +43,13 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         let ring = sampler.take_ring().expect("ring");
 
         let counters = Arc::new(IngestCounters::default());
-        let (control, control_rx) = mpsc::channel(8);
+        let (control, control_rx) = mpsc::unbounded_channel();
         let (samples_tx, mut samples_rx) = mpsc::channel(4096);
         control
             .send(SampleRoute::Add {
                 pid: target.pid,
                 sender: TargetChannel(samples_tx),
             })
-            .await
             .expect("route");
         let ingest = tokio::spawn(run_sample_ring(
             ring,
@@ -68,7 +66,7 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
         let deadline = Instant::now() + Duration::from_secs(20);
         while pages.len() < PAGES && Instant::now() < deadline {
             match tokio::time::timeout(Duration::from_millis(200), samples_rx.recv()).await {
-                Ok(Some(batch)) => {
+                Ok(Some(TargetInput::Samples(batch))) => {
                     for sample in batch {
                         if sample.pid != target.pid {
                             wrong_pid += 1;
@@ -79,7 +77,7 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
                     }
                 }
                 Ok(None) => break,
-                Err(_) => {}
+                Ok(Some(TargetInput::Regions(_))) | Err(_) => {}
             }
         }
         drop(control);

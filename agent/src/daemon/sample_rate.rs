@@ -7,8 +7,8 @@ use super::http::CpuMeter;
 use crate::{
     metrics::{Metrics, SourceLabel},
     sources::{
-        rate::{Interval, RateController},
-        running::HotnessSource,
+        HotnessSource,
+        perf::rate::{Interval, RateController},
     },
 };
 use memtide_host::sys::process;
@@ -56,21 +56,24 @@ pub(super) struct SampleRate {
 }
 
 impl SampleRate {
-    /// A controller for `source`, or `None` when its period cannot change (DAMON) or the
+    /// A controller for `source`, or `None` when its period cannot change (DAMON) or its
     /// budget is 0 (meaning: keep the start-up period).
     pub(super) fn new(
         source: &dyn HotnessSource,
         excluded: CpuMeter,
-        cpu_fraction: f64,
-        max_rate_per_stream: f64,
         samples: u64,
     ) -> Option<Self> {
         let streams = source.sampling_streams();
-        if streams == 0 || cpu_fraction <= 0.0 {
+        let budget = source.rate_budget()?;
+        if streams == 0 || budget.cpu_fraction <= 0.0 {
             return None;
         }
         Some(Self {
-            controller: RateController::new(cpu_fraction, streams, max_rate_per_stream),
+            controller: RateController::new(
+                budget.cpu_fraction,
+                streams,
+                budget.max_rate_per_stream,
+            ),
             last: Reading::take(source, samples, &excluded)?,
             excluded,
         })

@@ -1,251 +1,279 @@
-//! Hotness sources: what can tell memtide which pages a process touches.
+//! Hotness sources: what tells memtide which pages a process touches, one folder per kind
+//! behind one trait, [`HotnessSource`]:
+//! - [`perf`]: Intel PEBS, AMD IBS and software page faults, through a BPF `perf_event`
+//!   program and a ring of sampled accesses;
+//! - [`damon`]: memtide's own kdamond, its regions forwarded by a BPF tracepoint program.
 //!
-//! Best first: Intel PEBS and AMD IBS (sampled data addresses from the PMU), ARM SPE, DAMON
-//! (region access counts through the `damon:damon_aggregated` tracepoint) and software page
-//! faults (available everywhere, coarse). Every one of them feeds the same eBPF → ring buffer
-//! path, so each needs BPF. [`rank`] decides which of them this machine can use and why.
+//! What the machine offers, and which source `run` would pick, is read by `memtide-host`'s
+//! probe; here is what runs a source: it starts, follows the target list it is given, delivers
+//! its records to the targets' channels ([`deliver`]) and reports drops and costs. The daemon
+//! gets its sources from a [`SourceFactory`]: [`KernelSources`] on a real machine, a fake in the
+//! daemon's tests.
 
-pub mod budget;
-pub mod damon_monitor;
-pub mod damon_owner;
-pub mod damon_source;
-pub mod ibs;
-pub mod ingest;
-pub mod pebs;
-pub mod rate;
-pub mod running;
-pub mod sampler;
-pub mod swfault;
+pub mod damon;
+mod deliver;
+#[cfg(test)]
+pub(crate) mod fake;
+pub mod perf;
 
-use memtide_host::probe::SourceKind;
+use std::{collections::BTreeMap, os::fd::OwnedFd};
 
-use serde::Serialize;
-
-use self::{
-    budget::{BudgetError, EventLoad, KernelLimits, PeriodChoice, PeriodRule, SamplingBudget},
-    sampler::SamplerSpec,
+use memtide_config::{DamonMonitorConfig, SourcesConfig};
+use memtide_host::{
+    probe::{
+        self, SourceKind,
+        damon::{DamonStatus, OpsProbe},
+        pmu::PmuScan,
+    },
+    sysfs::HostRoot,
 };
-use memtide_host::{probe::pmu::PmuScan, sysfs::HostRoot};
+use tokio::task::JoinHandle;
 
-/// Expected event rates per busy CPU, used to size sample periods against the budget. They are
-/// deliberately on the high side: an overestimate only lowers the sample rate.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
-pub struct ExpectedRates {
-    /// Loads slower than the `ldlat` threshold (about the L2 misses of a memory-bound core).
-    pub pebs_loads_per_sec: f64,
-    /// Retired stores (PEBS store events have no latency filter).
-    pub pebs_stores_per_sec: f64,
-    /// Dispatched ops (IBS counts ops with `cnt_ctl=1`).
-    pub ibs_ops_per_sec: f64,
-    /// Fraction of ops that pass `l3missonly` (L3-missing loads and stores; ~10-20 misses per
-    /// thousand ops on memory-bound code).
-    pub ibs_l3_miss_fraction: f64,
-    /// Page faults.
-    pub page_faults_per_sec: f64,
-}
+pub use self::deliver::{Delivery, SampleRoute, SampleRouter, TargetChannel, TargetInput};
+use self::{
+    damon::{DamonSource, DamonSourceError},
+    perf::{
+        PerfSource, PerfSourceOptions, PerfSpecError,
+        budget::{KernelLimits, SamplingBudget},
+        sampler::SamplerError,
+    },
+};
+use crate::bpf::ProgramStats;
 
-impl Default for ExpectedRates {
-    fn default() -> Self {
-        Self {
-            pebs_loads_per_sec: 2e7,
-            pebs_stores_per_sec: 5e8,
-            ibs_ops_per_sec: 4e9,
-            ibs_l3_miss_fraction: 0.02,
-            page_faults_per_sec: 1e4,
-        }
-    }
-}
-
-/// What [`perf_spec_for`] needs besides the PMUs.
-#[derive(Clone, Debug, PartialEq)]
-pub struct PerfSourceOptions {
-    /// CPUs to sample on (online CPUs).
-    pub cpus: Vec<u32>,
-    pub ring_bytes: u32,
-    pub filter_by_target: bool,
-    pub budget: SamplingBudget,
-    /// The kernel's limits ([`KernelLimits::read`]).
-    pub limits: KernelLimits,
-    pub rates: ExpectedRates,
-    /// PEBS load-latency threshold ([`pebs::DEFAULT_LDLAT`]).
-    pub ldlat: u16,
-    /// Also sample stores with PEBS.
-    pub pebs_stores: bool,
-    /// IBS: only L3 misses where the PMU supports it.
-    pub ibs_l3_miss_only: bool,
-}
-
-impl PerfSourceOptions {
-    /// Defaults for `cpus`: 1 MiB ring, target filtering, the default budget, ldlat 30, stores
-    /// on, `l3missonly` on.
-    #[must_use]
-    pub fn new(cpus: Vec<u32>, limits: KernelLimits) -> Self {
-        Self {
-            cpus,
-            ring_bytes: 1 << 20,
-            filter_by_target: true,
-            budget: SamplingBudget::default(),
-            limits,
-            rates: ExpectedRates::default(),
-            ldlat: pebs::DEFAULT_LDLAT,
-            pebs_stores: true,
-            ibs_l3_miss_only: true,
-        }
-    }
-}
-
-/// A perf-event source ready for [`sampler::Sampler::start`], with the reasoning behind it.
-#[derive(Clone, Debug)]
-pub struct PerfSourceSpec {
-    pub spec: SamplerSpec,
-    /// The period of each sampling event (`mem-loads`, `mem-stores`, `ibs_op`, `page-faults`).
-    pub periods: Vec<(&'static str, PeriodChoice)>,
-    /// What was left out or not available, for logs.
-    pub notes: Vec<String>,
-}
-
-/// Why no perf-event spec could be built.
 #[derive(Debug, thiserror::Error)]
-pub enum PerfSpecError {
-    #[error("{0} is not a perf-event source")]
-    NotPerf(SourceKind),
-    #[error("no CPUs to sample on")]
-    NoCpus,
+pub enum SourceError {
     #[error(transparent)]
-    Pebs(#[from] pebs::PebsError),
+    Sampler(#[from] SamplerError),
     #[error(transparent)]
-    Ibs(#[from] ibs::IbsError),
+    Damon(#[from] DamonSourceError),
     #[error(transparent)]
-    Budget(#[from] BudgetError),
+    Spec(#[from] PerfSpecError),
+    #[error("starting the source's delivery: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("the source's records are already being delivered")]
+    Delivering,
 }
 
-/// The sampler spec for `kind` (PEBS, IBS or software page faults), with periods chosen from
-/// the CPU budget ([`budget::choose_period`]); every sampling stream (event × CPU) gets an equal
-/// share. `root` is where the PMU directories live (for `cpus` files and error messages).
-pub fn perf_spec_for(
-    kind: SourceKind,
-    scan: &PmuScan,
-    root: &HostRoot,
-    options: &PerfSourceOptions,
-) -> Result<PerfSourceSpec, PerfSpecError> {
-    if options.cpus.is_empty() {
-        return Err(PerfSpecError::NoCpus);
+/// The CPU budget a source's sample period is held to at run time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RateBudget {
+    /// Share of one core the whole sampling path may use.
+    pub cpu_fraction: f64,
+    /// The kernel's ceiling on samples per second per sampling stream.
+    pub max_rate_per_stream: f64,
+}
+
+/// A running hotness source.
+pub trait HotnessSource: Send {
+    fn kind(&self) -> SourceKind;
+    /// Replaces the set of processes watched.
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError>;
+    /// Starts the task that reads the source's records and hands them to the targets'
+    /// channels, as `delivery`'s route changes say; it ends when they stop coming. Once.
+    fn deliver(&mut self, delivery: Delivery) -> Result<JoinHandle<()>, SourceError>;
+    /// Records dropped before they reached user space, by reason.
+    fn drop_counts(&self) -> BTreeMap<&'static str, u64>;
+    /// Kernel-measured cost of the source's BPF programs.
+    fn program_stats(&self) -> Vec<ProgramStats>;
+    /// Whether the source has stopped although it has targets (DAMON: its kdamond turned off
+    /// from outside); the daemon then starts it again.
+    fn stopped(&self) -> Result<bool, SourceError> {
+        Ok(false)
     }
-    let streams_on = |cpus: Option<&[u32]>| -> u32 {
-        let n = cpus.map_or(options.cpus.len(), |own| {
-            options.cpus.iter().filter(|c| own.contains(c)).count()
+    /// Sampling streams (events x CPUs) whose period [`Self::scale_periods`] can change; 0
+    /// for sources without a sample period (DAMON).
+    fn sampling_streams(&self) -> u32 {
+        0
+    }
+    /// Sets every sampling event's period to its starting period times `scale`; returns the
+    /// periods now in force.
+    fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SourceError> {
+        let _ = scale;
+        Ok(Vec::new())
+    }
+    /// The budget the sample period is held to at run time; `None`: it never changes.
+    fn rate_budget(&self) -> Option<RateBudget> {
+        None
+    }
+}
+
+/// What a source is started for.
+#[derive(Debug)]
+pub struct SourceRequest<'a> {
+    pub root: &'a HostRoot,
+    pub config: &'a SourcesConfig,
+    /// Processes to watch from the start (DAMON needs at least one to run).
+    pub pids: &'a [u32],
+    /// No targets configured: every process is observed (the BPF filter is off, and DAMON,
+    /// which monitors named processes, is not tried).
+    pub observe_all: bool,
+}
+
+/// Where the daemon's hotness source comes from.
+pub trait SourceFactory: Send + Sync {
+    /// The best source that starts for `request`, or `None` (each failure logged).
+    fn start(&self, request: &SourceRequest<'_>) -> Option<Box<dyn HotnessSource>>;
+
+    /// Turns on the kernel's accounting of BPF programs' run time for as long as the returned
+    /// descriptor is held (`memtide_bpf_run_seconds_total`); `None` when it cannot.
+    fn cost_accounting(&self) -> Option<OwnedFd> {
+        None
+    }
+}
+
+/// The sources of the machine the agent runs on: the configured order, else what `memtide
+/// probe` ranks usable, tried in turn.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct KernelSources;
+
+impl SourceFactory for KernelSources {
+    fn start(&self, request: &SourceRequest<'_>) -> Option<Box<dyn HotnessSource>> {
+        let pmus = PmuScan::read(request.root).unwrap_or_default();
+        let order = candidates(request, &pmus);
+        let cpus = match aya::util::online_cpus() {
+            Ok(cpus) => cpus,
+            Err((path, error)) => {
+                tracing::error!(%error, path, "reading the online CPUs; no source can sample");
+                return None;
+            }
+        };
+        let limits = match KernelLimits::read(request.root) {
+            Ok(limits) => limits,
+            Err(error) => {
+                tracing::error!(%error, "reading the kernel's perf limits; no source can sample");
+                return None;
+            }
+        };
+        let mut perf = PerfSourceOptions::new(cpus, limits);
+        perf.ring_bytes = request.config.ring_bytes;
+        perf.filter_by_target = !request.observe_all;
+        perf.budget = SamplingBudget {
+            cpu_fraction: request.config.cpu_budget_percent / 100.0,
+            ..SamplingBudget::default()
+        };
+        let context = StartContext {
+            root: request.root,
+            pmus: &pmus,
+            perf: &perf,
+            damon: &request.config.damon,
+            pids: request.pids,
+        };
+        let (source, _failed) = start_first(&order, &context);
+        if source.is_none() {
+            tracing::error!(
+                tried = ?order,
+                "no hotness source could start; serving metrics only (see `memtide probe`)"
+            );
+        }
+        source
+    }
+
+    fn cost_accounting(&self) -> Option<OwnedFd> {
+        // BPF_ENABLE_STATS needs CAP_SYS_ADMIN; without it the metric stays 0.
+        crate::bpf::enable_run_time_stats()
+            .map_err(|error| {
+                tracing::warn!(%error, "BPF run-time statistics unavailable; memtide_bpf_run_seconds_total stays 0");
+            })
+            .ok()
+    }
+}
+
+/// Sources to try, best first: the configured order, else what `memtide probe` ranks usable.
+fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
+    let mut order = if request.config.order.is_empty() {
+        let damon = DamonStatus::read(request.root, OpsProbe::ReadOnly).unwrap_or_else(|error| {
+            tracing::warn!(%error, "reading DAMON's status; not using DAMON");
+            DamonStatus {
+                present: false,
+                nr_kdamonds: 0,
+                kdamonds: Vec::new(),
+                operations: Vec::new(),
+                operations_source: error.to_string(),
+                tracepoint: false,
+                tracepoint_detail: String::new(),
+            }
         });
-        u32::try_from(n).unwrap_or(u32::MAX)
+        // Loading BPF is what starting a source does anyway; a failure there is reported
+        // with its reason and the next source is tried.
+        probe::rank(&probe::SourceInputs {
+            bpf_available: true,
+            pmus,
+            damon: &damon,
+        })
+        .into_iter()
+        .filter(|check| check.usable || check.kind == SourceKind::Damon)
+        .map(|check| check.kind)
+        .collect()
+    } else {
+        request.config.order.clone()
     };
-    let choose = |rate: f64, streams: u32, rule: PeriodRule| {
-        budget::choose_period(
-            &options.budget,
-            &options.limits,
-            &EventLoad {
-                events_per_sec_per_cpu: rate,
-                streams,
-            },
-            rule,
-        )
-    };
-    let mut notes = Vec::new();
-    match kind {
-        SourceKind::Pebs => {
-            let pmus = pebs::core_pmus(root, scan)?;
-            let mut streams = 0u32;
-            for core in pmus.iter() {
-                let per_event = streams_on(core.cpus);
-                let stores = options.pebs_stores && core.pmu.has_event("mem-stores");
-                streams = streams.saturating_add(per_event.saturating_mul(1 + u32::from(stores)));
-                if options.pebs_stores && !stores {
-                    notes.push(format!("{} has no mem-stores: loads only", core.pmu.name));
-                }
-            }
-            if let Some(atom) = scan.get("cpu_atom").filter(|p| !p.has_event("mem-loads")) {
-                notes.push(format!(
-                    "{} has no mem-loads: its CPUs are not sampled",
-                    atom.name
-                ));
-            }
-            let loads = choose(options.rates.pebs_loads_per_sec, streams, pebs::PERIOD_RULE)?;
-            let stores = choose(
-                options.rates.pebs_stores_per_sec,
-                streams,
-                pebs::PERIOD_RULE,
-            )?;
-            let pebs_options = pebs::PebsOptions {
-                ldlat: options.ldlat,
-                load_period: loads.period,
-                store_period: options.pebs_stores.then_some(stores.period),
-            };
-            let sets = pmus.events(root, &pebs_options)?;
-            let mut periods = vec![("mem-loads", loads)];
-            if sets.iter().any(|set| set.stores) {
-                periods.push(("mem-stores", stores));
-            }
-            Ok(PerfSourceSpec {
-                spec: pebs::spec(
-                    sets,
-                    options.cpus.clone(),
-                    options.ring_bytes,
-                    options.filter_by_target,
-                ),
-                periods,
-                notes,
-            })
-        }
-        SourceKind::Ibs => {
-            let pmu = ibs::find(root, scan)?;
-            let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
-            if options.ibs_l3_miss_only && !l3 {
-                notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
-            }
-            let fraction = if l3 {
-                options.rates.ibs_l3_miss_fraction
-            } else {
-                1.0
-            };
-            let choice = choose(
-                options.rates.ibs_ops_per_sec * fraction,
-                streams_on(None),
-                ibs::PERIOD_RULE,
-            )?;
-            let event = ibs::op_event(
-                pmu,
-                &ibs::IbsOptions {
-                    l3_miss_only: options.ibs_l3_miss_only,
-                    count_ops: true,
-                    period: choice.period,
-                },
-            )?;
-            Ok(PerfSourceSpec {
-                spec: ibs::spec(
-                    event,
-                    options.cpus.clone(),
-                    options.ring_bytes,
-                    options.filter_by_target,
-                ),
-                periods: vec![("ibs_op", choice)],
-                notes,
-            })
-        }
-        SourceKind::SwFault => {
-            let choice = choose(
-                options.rates.page_faults_per_sec,
-                streams_on(None),
-                PeriodRule::ANY,
-            )?;
-            Ok(PerfSourceSpec {
-                spec: swfault::spec(
-                    options.cpus.clone(),
-                    choice.period,
-                    options.ring_bytes,
-                    options.filter_by_target,
-                ),
-                periods: vec![("page-faults", choice)],
-                notes,
-            })
-        }
-        SourceKind::Spe | SourceKind::Damon => Err(PerfSpecError::NotPerf(kind)),
+    // DAMON monitors named processes; with no targets there is nothing to give it.
+    if request.observe_all {
+        order.retain(|kind| *kind != SourceKind::Damon);
     }
+    order
+}
+
+/// What starting a source needs.
+#[derive(Debug)]
+pub struct StartContext<'a> {
+    pub root: &'a HostRoot,
+    pub pmus: &'a PmuScan,
+    pub perf: &'a PerfSourceOptions,
+    pub damon: &'a DamonMonitorConfig,
+    /// Processes to watch from the start (DAMON needs at least one to run).
+    pub pids: &'a [u32],
+}
+
+/// Starts one source.
+pub fn start(
+    kind: SourceKind,
+    context: &StartContext<'_>,
+) -> Result<Box<dyn HotnessSource>, SourceError> {
+    if kind == SourceKind::Damon {
+        return Ok(Box::new(DamonSource::start(
+            context.root,
+            context.damon,
+            context.pids,
+        )?));
+    }
+    Ok(Box::new(PerfSource::start(
+        kind,
+        context.root,
+        context.pmus,
+        context.perf,
+        context.pids,
+    )?))
+}
+
+/// One source that could not be started, and why.
+#[derive(Debug)]
+pub struct FailedStart {
+    pub kind: SourceKind,
+    pub error: SourceError,
+}
+
+/// Tries `candidates` in order and returns the first that starts, with the failures before
+/// it (each logged as a warning naming the source and the reason).
+pub fn start_first(
+    candidates: &[SourceKind],
+    context: &StartContext<'_>,
+) -> (Option<Box<dyn HotnessSource>>, Vec<FailedStart>) {
+    let mut failed = Vec::new();
+    for &kind in candidates {
+        match start(kind, context) {
+            Ok(source) => {
+                if let Some(previous) = failed.last() {
+                    let FailedStart { kind: tried, .. } = previous;
+                    tracing::warn!(source = %kind, "falling back to {kind} after {tried} failed");
+                }
+                return (Some(source), failed);
+            }
+            Err(error) => {
+                tracing::warn!(source = %kind, %error, "cannot start {kind}");
+                failed.push(FailedStart { kind, error });
+            }
+        }
+    }
+    (None, failed)
 }

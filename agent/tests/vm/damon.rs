@@ -6,10 +6,15 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide::sources::damon_source::{DamonSource, run_damon_ring};
+use std::sync::{Arc, atomic::Ordering};
+
+use memtide::sources::{
+    Delivery, HotnessSource as _, SampleRoute, TargetChannel, TargetInput, damon::DamonSource,
+};
 use memtide_config::DamonMonitorConfig;
+use memtide_core::{engine::DamonObservation, ingest::IngestCounters};
 use memtide_host::sysfs::HostRoot;
-use tokio::sync::{mpsc, watch};
+use tokio::sync::mpsc;
 
 use crate::support::{self, Workload};
 
@@ -19,7 +24,7 @@ const COLD_PAGES: usize = 512 * MIB_PAGES;
 
 /// Access frequency of `[start, end)`: the byte-weighted mean of `nr_accesses` of the
 /// regions overlapping it, over all aggregation intervals seen.
-fn frequency(regions: &[memtide_common::DamonRegion], start: u64, end: u64) -> f64 {
+fn frequency(regions: &[DamonObservation], start: u64, end: u64) -> f64 {
     let mut weighted = 0.0;
     let mut bytes = 0.0;
     for region in regions {
@@ -59,13 +64,24 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
             "damon: kdamond pid {kdamond}, max nr_accesses {}",
             source.max_nr_accesses()
         );
+        // The daemon's path: the source's delivery task routes the workload's regions to its
+        // target channel.
         let (sender, mut receiver) = mpsc::channel(1024);
-        let (stop_tx, stop_rx) = watch::channel(false);
-        let drain = tokio::spawn(run_damon_ring(
-            source.take_ring().expect("ring"),
-            sender,
-            stop_rx,
-        ));
+        let (routes, routes_rx) = mpsc::unbounded_channel();
+        routes
+            .send(SampleRoute::Add {
+                pid: workload.pid,
+                sender: TargetChannel(sender),
+            })
+            .expect("route");
+        let counters = Arc::new(IngestCounters::default());
+        let drain = source
+            .deliver(Delivery {
+                routes: routes_rx,
+                counters: Arc::clone(&counters),
+                batch: 512,
+            })
+            .expect("start delivery");
 
         // The workload's `hot` blocks, so drive it from a thread while we collect.
         let (done_tx, done_rx) = std_mpsc::channel();
@@ -80,22 +96,22 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
         let started = Instant::now();
         let deadline = started + Duration::from_secs(10);
         while Instant::now() < deadline {
-            if let Ok(Some(batch)) =
+            if let Ok(Some(TargetInput::Regions(batch))) =
                 tokio::time::timeout(Duration::from_millis(500), receiver.recv()).await
             {
                 // Let DAMON settle its regions for two seconds before counting.
                 if started.elapsed() > Duration::from_secs(2) {
-                    regions.extend(
-                        batch
-                            .into_iter()
-                            .filter(|r| source.target_pid(r.target).is_some()),
-                    );
+                    regions.extend(batch);
                 }
             }
         }
-        stop_tx.send(true).expect("stop drain");
-        let dropped = drain.await.expect("drain task").expect("drain loop");
-        assert_eq!(dropped, 0, "region batches dropped");
+        drop(routes);
+        drain.await.expect("delivery task");
+        assert_eq!(
+            counters.dropped_channel_full.load(Ordering::Relaxed),
+            0,
+            "region batches dropped"
+        );
         source.stop().expect("stop the DAMON source");
         let reply = done_rx
             .recv_timeout(Duration::from_secs(30))

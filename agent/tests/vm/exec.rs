@@ -113,9 +113,9 @@ fn executor_moves_workload_pages_between_nodes() {
         ExecConfig::default(),
     );
     eprintln!("promote 1 -> 0: {report:?}");
-    assert_eq!(report.pages_moved, pages, "{report:?}");
-    assert_eq!(report.failed_pages(), 0, "{report:?}");
-    assert!(report.syscalls >= pages / 1024);
+    assert_eq!(report.total().pages_moved, pages, "{report:?}");
+    assert_eq!(report.total().failed_pages(), 0, "{report:?}");
+    assert!(report.total().syscalls >= pages / 1024);
     assert_all_on(&mut w, pages, 0);
     // Query view and numa_maps agree.
     let statuses = placement::query_range(&target, w.base, w.size, 1024).expect("query");
@@ -145,7 +145,7 @@ fn executor_moves_workload_pages_between_nodes() {
         &requests(w.base + half, half, 1, 64 << 10),
         ExecConfig::default(),
     );
-    assert_eq!(report.pages_moved, pages / 2, "{report:?}");
+    assert_eq!(report.total().pages_moved, pages / 2, "{report:?}");
     let (nodes, _) = w.where_pages(0, pages);
     assert_eq!(nodes, BTreeMap::from([(0, pages / 2), (1, pages / 2)]));
     let (first, _) = w.where_pages(0, pages / 2);
@@ -178,7 +178,7 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
         ExecConfig::default(),
     );
     eprintln!("huge promote: {report:?}");
-    assert!(report.huge_chunks_moved >= 8, "{report:?}");
+    assert!(report.total().huge_chunks_moved >= 8, "{report:?}");
     assert_all_on(&mut w, pages, 0);
     assert!(anon_huge_kb(w.pid) >= 8 * 2048, "still huge after the move");
 
@@ -199,7 +199,7 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
     );
     eprintln!("64 KiB demote in a huge page: {report:?}");
     assert_eq!(report.splits, 1, "{report:?}");
-    assert_eq!(report.pages_moved, 16, "{report:?}");
+    assert_eq!(report.total().pages_moved, 16, "{report:?}");
     let (nodes, _) = w.where_pages(offset_pages, 512);
     assert_eq!(nodes, BTreeMap::from([(0, 496), (1, 16)]));
 
@@ -298,9 +298,9 @@ fn executor_throughput_vs_migratepages() {
                 &requests(w.base, w.size, to, granularity),
                 cfg.clone(),
             );
-            assert_eq!(r.pages_moved, pages, "{r:?}");
+            assert_eq!(r.total().pages_moved, pages, "{r:?}");
             *t_ex += t;
-            *syscalls += r.syscalls;
+            *syscalls += r.total().syscalls;
         };
         // Each tool moves the same memory both ways once per round.
         for _ in 0..reps {

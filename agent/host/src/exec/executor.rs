@@ -132,46 +132,118 @@ pub enum AbortReason {
     TargetExited,
 }
 
-/// What one execute call did. Per-page failures are keyed by reason (`ebusy`, `efault`,
-/// `enoent`, `enomem`, `eacces`, ..., and `verify_mismatch`).
+/// What one execute call did, promotions and demotions apart (they pay from different token
+/// buckets, and a target's metrics count them apart).
 #[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct ExecReport {
-    pub requested_bytes: u64,
-    /// Pages handed to move_pages (including huge-page heads and retries).
-    pub pages_attempted: u64,
-    /// 4 KiB pages on the destination afterwards (verified when `verify` is on).
-    pub pages_moved: u64,
-    /// 2 MiB chunks moved whole through their head page.
-    pub huge_chunks_moved: u64,
-    pub failures: BTreeMap<&'static str, u64>,
-    pub retry_queued: u64,
-    pub retry_exhausted: u64,
-    /// Bytes deferred by the token buckets.
-    pub rate_limited_bytes: u64,
-    /// Pages not moved because the destination was at its watermark.
-    pub watermark_limited_pages: u64,
+    pub promote: DirectionReport,
+    pub demote: DirectionReport,
     pub splits: u64,
     /// Sub-2 MiB moves inside huge pages that could not split first, by reason.
     pub split_fallbacks: BTreeMap<&'static str, u64>,
     pub collapsed: u64,
     pub collapse_failed: u64,
-    pub syscalls: u64,
-    /// Time spent in move_pages calls.
-    pub move_time: Duration,
     pub aborted: Option<AbortReason>,
-    /// Pages not attempted because the call was aborted.
-    pub aborted_pages: u64,
 }
 
-impl ExecReport {
+/// What one execute call did in one direction. Per-page failures are keyed by reason
+/// (`ebusy`, `efault`, `enoent`, `enomem`, `eacces`, ..., and `verify_mismatch`).
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct DirectionReport {
+    pub requested_bytes: u64,
+    /// Pages handed to move_pages (including huge-page heads and retries).
+    pub pages_attempted: u64,
+    /// 4 KiB pages on the destination afterwards (verified when `verify` is on).
+    pub pages_moved: u64,
+    /// `pages_moved` by the granularity (bytes) of the request each page belonged to.
+    pub moved_by_granularity: BTreeMap<u64, u64>,
+    /// 2 MiB chunks moved whole through their head page.
+    pub huge_chunks_moved: u64,
+    pub failures: BTreeMap<&'static str, u64>,
+    pub retry_queued: u64,
+    pub retry_exhausted: u64,
+    /// Bytes deferred by the token bucket.
+    pub rate_limited_bytes: u64,
+    /// Pages not moved because the destination was at its watermark.
+    pub watermark_limited_pages: u64,
+    /// Pages not attempted because the call was aborted.
+    pub aborted_pages: u64,
+    /// move_pages calls, and the time spent in them.
+    pub syscalls: u64,
+    pub move_time: Duration,
+}
+
+impl DirectionReport {
     fn fail(&mut self, reason: &'static str, pages: u64) {
         *self.failures.entry(reason).or_insert(0) += pages;
+    }
+
+    fn moved(&mut self, pages: u64, granularity: u64) {
+        self.pages_moved += pages;
+        *self.moved_by_granularity.entry(granularity).or_insert(0) += pages;
     }
 
     /// Total of per-page failures.
     #[must_use]
     pub fn failed_pages(&self) -> u64 {
         self.failures.values().sum()
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.requested_bytes += other.requested_bytes;
+        self.pages_attempted += other.pages_attempted;
+        self.pages_moved += other.pages_moved;
+        for (granularity, pages) in &other.moved_by_granularity {
+            *self.moved_by_granularity.entry(*granularity).or_insert(0) += pages;
+        }
+        self.huge_chunks_moved += other.huge_chunks_moved;
+        for (reason, pages) in &other.failures {
+            *self.failures.entry(reason).or_insert(0) += pages;
+        }
+        self.retry_queued += other.retry_queued;
+        self.retry_exhausted += other.retry_exhausted;
+        self.rate_limited_bytes += other.rate_limited_bytes;
+        self.watermark_limited_pages += other.watermark_limited_pages;
+        self.aborted_pages += other.aborted_pages;
+        self.syscalls += other.syscalls;
+        self.move_time += other.move_time;
+    }
+}
+
+impl ExecReport {
+    /// The report of one direction.
+    #[must_use]
+    pub fn direction(&self, direction: Direction) -> &DirectionReport {
+        match direction {
+            Direction::Promote => &self.promote,
+            Direction::Demote => &self.demote,
+        }
+    }
+
+    fn direction_mut(&mut self, direction: Direction) -> &mut DirectionReport {
+        match direction {
+            Direction::Promote => &mut self.promote,
+            Direction::Demote => &mut self.demote,
+        }
+    }
+
+    /// Both directions summed.
+    #[must_use]
+    pub fn total(&self) -> DirectionReport {
+        let mut total = self.promote.clone();
+        total.add(&self.demote);
+        total
+    }
+
+    fn add(&mut self, other: &Self) {
+        self.promote.add(&other.promote);
+        self.demote.add(&other.demote);
+        self.splits += other.splits;
+        for (reason, count) in &other.split_fallbacks {
+            *self.split_fallbacks.entry(reason).or_insert(0) += count;
+        }
+        self.collapsed += other.collapsed;
+        self.collapse_failed += other.collapse_failed;
     }
 }
 
@@ -181,6 +253,8 @@ struct PageWork {
     node: u32,
     attempts: u8,
     direction: Direction,
+    /// Of the request it belongs to, bytes.
+    granularity: u64,
 }
 
 /// The migration executor; one per agent, any number of targets.
@@ -278,8 +352,9 @@ impl Executor {
             }
             Err(Stop::Error(e)) => return Err(e),
         }
-        if report.pages_moved > 0 && !report.move_time.is_zero() {
-            let sample = report.move_time.as_nanos() as f64 / report.pages_moved as f64;
+        let total = report.total();
+        if total.pages_moved > 0 && !total.move_time.is_zero() {
+            let sample = total.move_time.as_nanos() as f64 / total.pages_moved as f64;
             self.ns_per_page = Some(match self.ns_per_page {
                 None => sample,
                 Some(old) => 0.8 * old + 0.2 * sample,
@@ -290,27 +365,7 @@ impl Executor {
     }
 
     fn accumulate(&mut self, r: &ExecReport) {
-        let t = &mut self.totals;
-        t.requested_bytes += r.requested_bytes;
-        t.pages_attempted += r.pages_attempted;
-        t.pages_moved += r.pages_moved;
-        t.huge_chunks_moved += r.huge_chunks_moved;
-        for (k, v) in &r.failures {
-            *t.failures.entry(k).or_insert(0) += v;
-        }
-        for (k, v) in &r.split_fallbacks {
-            *t.split_fallbacks.entry(k).or_insert(0) += v;
-        }
-        t.retry_queued += r.retry_queued;
-        t.retry_exhausted += r.retry_exhausted;
-        t.rate_limited_bytes += r.rate_limited_bytes;
-        t.watermark_limited_pages += r.watermark_limited_pages;
-        t.splits += r.splits;
-        t.collapsed += r.collapsed;
-        t.collapse_failed += r.collapse_failed;
-        t.syscalls += r.syscalls;
-        t.move_time += r.move_time;
-        t.aborted_pages += r.aborted_pages;
+        self.totals.add(r);
     }
 
     fn run(
@@ -348,13 +403,14 @@ impl Executor {
         let mut splits_done: BTreeSet<u64> = BTreeSet::new();
         for request in requests {
             let gran = request.granularity.max(PAGE);
-            report.requested_bytes += request.len;
+            let side = report.direction_mut(request.direction);
+            side.requested_bytes += request.len;
             let bucket = match request.direction {
                 Direction::Promote => &mut self.promote,
                 Direction::Demote => &mut self.demote,
             };
             let granted = bucket.take_up_to(request.len, gran, now);
-            report.rate_limited_bytes += request.len - granted;
+            side.rate_limited_bytes += request.len - granted;
             if granted == 0 {
                 continue;
             }
@@ -364,6 +420,7 @@ impl Executor {
                 node: request.to_node,
                 attempts: 0,
                 direction: request.direction,
+                granularity: gran,
             };
             match in_huge(start, end) {
                 // hugetlb pages cannot split: whole huge pages by their heads, any granularity.
@@ -420,17 +477,20 @@ impl Executor {
         let promote_total =
             (promote_heads.len() as u64) * PAGES_PER_HUGE + promote_pages.len() as u64;
         let mut moved = Vec::new();
-        let phases = [(demote_heads, demote_pages), (promote_heads, promote_pages)];
-        for (phase, (mut heads, mut pages)) in phases.into_iter().enumerate() {
-            let result = self.move_phase(backend, &mut heads, &mut pages, report, &mut moved);
+        let phases = [
+            (Direction::Demote, demote_heads, demote_pages),
+            (Direction::Promote, promote_heads, promote_pages),
+        ];
+        for (direction, mut heads, mut pages) in phases {
+            let side = report.direction_mut(direction);
+            let result = self.move_phase(backend, &mut heads, &mut pages, side, &mut moved);
             if let Err(stop) = result {
-                if phase == 0 && matches!(stop, Stop::Exited) {
-                    report.aborted_pages += promote_total;
+                if direction == Direction::Demote && matches!(stop, Stop::Exited) {
+                    report.promote.aborted_pages += promote_total;
                 }
                 return Err(stop);
             }
         }
-        report.pages_moved += moved.len() as u64;
 
         if self.cfg.collapse_promoted && !collapse_candidates.is_empty() {
             self.collapse(backend, &moved, &collapse_candidates, report)?;
@@ -439,13 +499,14 @@ impl Executor {
     }
 
     /// One direction's moves: huge pages by their heads, the pages of their chunks that stayed
-    /// behind added to `pages`, then `pages` at 4 KiB; verified 4 KiB moves go to `moved`.
+    /// behind added to `pages`, then `pages` at 4 KiB; verified 4 KiB moves go to `moved`, and
+    /// every moved page is counted in `report`.
     fn move_phase(
         &mut self,
         backend: &mut dyn Backend,
         heads: &mut Vec<PageWork>,
         pages: &mut Vec<PageWork>,
-        report: &mut ExecReport,
+        report: &mut DirectionReport,
         moved: &mut Vec<u64>,
     ) -> Result<(), Stop> {
         if !heads.is_empty() {
@@ -465,7 +526,7 @@ impl Executor {
                 let mut all_there = true;
                 for (&addr, st) in chunk.iter().zip(&status) {
                     match *st {
-                        PageStatus::Node(n) if n == head.node => report.pages_moved += 1,
+                        PageStatus::Node(n) if n == head.node => report.moved(1, head.granularity),
                         PageStatus::Node(_) => {
                             all_there = false;
                             pages.push(PageWork {
@@ -490,7 +551,7 @@ impl Executor {
         &mut self,
         backend: &mut dyn Backend,
         pages: &mut Vec<PageWork>,
-        report: &mut ExecReport,
+        report: &mut DirectionReport,
         moved: &mut Vec<u64>,
         verify: bool,
         unit: u64,
@@ -572,7 +633,13 @@ impl Executor {
                     }
                     for (work, st) in landed.iter().zip(&verified) {
                         match *st {
-                            PageStatus::Node(n) if n == node => moved.push(work.addr),
+                            PageStatus::Node(n) if n == node => {
+                                // Heads were counted chunk by chunk by the caller.
+                                if unit == PAGE {
+                                    report.moved(1, work.granularity);
+                                }
+                                moved.push(work.addr);
+                            }
                             PageStatus::Error(PageError::NotPresent) => {
                                 // Unmapped or freed since: nothing to move any more.
                                 report.fail("enoent", 1);
@@ -581,7 +648,12 @@ impl Executor {
                         }
                     }
                 } else {
-                    moved.extend(landed.iter().map(|p| p.addr));
+                    for work in &landed {
+                        if unit == PAGE {
+                            report.moved(1, work.granularity);
+                        }
+                        moved.push(work.addr);
+                    }
                 }
             }
             i += if cut { same_node } else { take };
@@ -595,7 +667,7 @@ impl Executor {
         mut work: PageWork,
         reason: &'static str,
         transient: bool,
-        report: &mut ExecReport,
+        report: &mut DirectionReport,
     ) {
         report.fail(reason, 1);
         if !transient {
@@ -836,13 +908,13 @@ mod tests {
             )
             .unwrap();
         assert_eq!(fake.move_calls, vec![1024, 1024, 1024, 28]);
-        assert_eq!(report.pages_moved, 3000);
-        assert_eq!(report.failures, BTreeMap::from([("enoent", 100)]));
-        assert_eq!(report.retry_queued, 0);
+        assert_eq!(report.total().pages_moved, 3000);
+        assert_eq!(report.total().failures, BTreeMap::from([("enoent", 100)]));
+        assert_eq!(report.total().retry_queued, 0);
         assert_eq!(fake.count_on(0), 3000);
         assert_eq!(report.aborted, None);
         assert!(ex.ns_per_page().is_some());
-        assert_eq!(ex.totals().pages_moved, 3000);
+        assert_eq!(ex.totals().total().pages_moved, 3000);
     }
 
     #[test]
@@ -859,14 +931,14 @@ mod tests {
         let r1 = ex
             .execute(&mut fake, &[request(base, 8 * PAGE, 0, PAGE)], now)
             .unwrap();
-        assert_eq!((r1.pages_moved, r1.retry_queued), (6, 2));
-        assert_eq!(r1.failures["ebusy"], 2);
+        assert_eq!((r1.total().pages_moved, r1.total().retry_queued), (6, 2));
+        assert_eq!(r1.total().failures["ebusy"], 2);
         assert_eq!(ex.pending_retries(4242), 2);
         // The next call (no new requests) retries them first.
         let r2 = ex.execute(&mut fake, &[], now).unwrap();
-        assert_eq!((r2.pages_moved, r2.retry_queued), (1, 1));
+        assert_eq!((r2.total().pages_moved, r2.total().retry_queued), (1, 1));
         let r3 = ex.execute(&mut fake, &[], now).unwrap();
-        assert_eq!((r3.pages_moved, r3.retry_exhausted), (0, 1));
+        assert_eq!((r3.total().pages_moved, r3.total().retry_exhausted), (0, 1));
         assert_eq!(ex.pending_retries(4242), 0);
         assert_eq!(fake.pages[&(base + PAGE)], 1);
     }
@@ -884,9 +956,9 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!(r.pages_moved, 3);
-        assert_eq!(r.failures["verify_mismatch"], 1);
-        assert_eq!(r.retry_queued, 1);
+        assert_eq!(r.total().pages_moved, 3);
+        assert_eq!(r.total().failures["verify_mismatch"], 1);
+        assert_eq!(r.total().retry_queued, 1);
         // Verifying only when the kernel reports failures still catches it (it reports them).
         let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
         fake.lie.insert(base + 2 * PAGE);
@@ -901,7 +973,10 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!((r.pages_moved, r.failures["verify_mismatch"]), (3, 1));
+        assert_eq!(
+            (r.total().pages_moved, r.total().failures["verify_mismatch"]),
+            (3, 1)
+        );
         // Without verification the lie would have counted as moved.
         let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
         fake.lie.insert(base + 2 * PAGE);
@@ -916,7 +991,7 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!(r.pages_moved, 4);
+        assert_eq!(r.total().pages_moved, 4);
     }
 
     #[test]
@@ -939,13 +1014,13 @@ mod tests {
             request(base + 32 * PAGE, 32 * PAGE, 1, PAGE),
         ];
         let r = ex.execute(&mut fake, &requests, now).unwrap();
-        assert_eq!(r.pages_moved, 16 + 8);
-        assert_eq!(r.rate_limited_bytes, (16 + 24) * PAGE);
+        assert_eq!(r.total().pages_moved, 16 + 8);
+        assert_eq!(r.total().rate_limited_bytes, (16 + 24) * PAGE);
         // One second later the promote bucket has refilled by its rate.
         let r = ex
             .execute(&mut fake, &requests[..1], now + Duration::from_secs(1))
             .unwrap();
-        assert_eq!(r.pages_moved, 16);
+        assert_eq!(r.total().pages_moved, 16);
         assert_eq!(fake.count_on(0), 32 - 8 + 16);
     }
 
@@ -975,8 +1050,8 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!(r.watermark_limited_pages, 0, "{r:?}");
-        assert_eq!(r.pages_moved, 64);
+        assert_eq!(r.total().watermark_limited_pages, 0, "{r:?}");
+        assert_eq!(r.total().pages_moved, 64);
         assert_eq!(fake.count_on(0), 32);
         assert!(
             (base..base + 32 * PAGE)
@@ -1005,8 +1080,8 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!(r.pages_moved, 30);
-        assert_eq!(r.watermark_limited_pages, 70);
+        assert_eq!(r.total().pages_moved, 30);
+        assert_eq!(r.total().watermark_limited_pages, 70);
         assert_eq!(fake.nodes[&0].0, 30 * PAGE);
         assert_eq!(fake.move_calls, vec![16, 14]);
     }
@@ -1024,16 +1099,22 @@ mod tests {
         let r1 = ex
             .execute(&mut fake, &[request(base, 4 * PAGE, 0, PAGE)], now)
             .unwrap();
-        assert_eq!(r1.pages_moved, 0);
-        assert_eq!(r1.failures.get("enomem"), Some(&4), "{:?}", r1.failures);
+        assert_eq!(r1.total().pages_moved, 0);
         assert_eq!(
-            r1.retry_queued, 4,
+            r1.total().failures.get("enomem"),
+            Some(&4),
+            "{:?}",
+            r1.total().failures
+        );
+        assert_eq!(
+            r1.total().retry_queued,
+            4,
             "ENOMEM is transient: memory may free up"
         );
         // Room appears: the retries go through.
         fake.full.clear();
         let r2 = ex.execute(&mut fake, &[], now).unwrap();
-        assert_eq!(r2.pages_moved, 4);
+        assert_eq!(r2.total().pages_moved, 4);
         assert_eq!(fake.count_on(0), 4);
     }
 
@@ -1072,9 +1153,9 @@ mod tests {
             .unwrap();
         assert_eq!(r.aborted, Some(AbortReason::TargetExited));
         assert_eq!(fake.move_calls.len(), 2, "no call after the exit");
-        assert_eq!(r.pages_attempted, 2048);
+        assert_eq!(r.total().pages_attempted, 2048);
         // The exit shows when the second batch is verified: everything after it is aborted.
-        assert_eq!(r.aborted_pages, 5000 - 2048);
+        assert_eq!(r.total().aborted_pages, 5000 - 2048);
         assert_eq!(
             ex.pending_retries(4242),
             0,
@@ -1117,8 +1198,8 @@ mod tests {
                 Instant::now(),
             )
             .unwrap();
-        assert_eq!(r.huge_chunks_moved, 1);
-        assert_eq!(r.pages_moved, 1024);
+        assert_eq!(r.total().huge_chunks_moved, 1);
+        assert_eq!(r.total().pages_moved, 1024);
         // Two heads in one call, then the 511 stragglers of the small-page chunk.
         assert_eq!(fake.move_calls, vec![2, 511]);
         assert_eq!(fake.count_on(0), 1024);
@@ -1139,7 +1220,7 @@ mod tests {
         let mut ex = Executor::new(ExecConfig::default());
         let r = ex.execute(&mut fake, &req, Instant::now()).unwrap();
         assert_eq!(fake.splits, vec![(base, base + 2 * MIB)]);
-        assert_eq!((r.splits, r.pages_moved), (1, 16));
+        assert_eq!((r.splits, r.total().pages_moved), (1, 16));
         assert_eq!(fake.count_on(0), 16, "only the 64 KiB moved");
 
         let mut fake = setup(false);

@@ -18,7 +18,9 @@ pub mod watermark;
 
 use std::collections::BTreeMap;
 
-pub use self::executor::{AbortReason, Backend, ExecConfig, ExecReport, Executor, MoveRequest};
+pub use self::executor::{
+    AbortReason, Backend, DirectionReport, ExecConfig, ExecReport, Executor, MoveRequest,
+};
 // The only dependency on `policy` (drop this line and `mod plan;` to build without it).
 pub use self::plan::{TierNodes, requests_from_plan};
 use crate::{

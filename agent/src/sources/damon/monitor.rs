@@ -5,7 +5,7 @@
 //! writes to DAMON's sysfs while a kdamond it did not create exists: writing `nr_kdamonds`
 //! would tear down (or fail with EBUSY on) someone else's monitoring. The one kdamond it
 //! removes without having created it is the one its ownership record proves a killed memtide
-//! agent left behind (see [`super::damon_owner`]).
+//! agent left behind (see [`super::owner`]).
 //!
 //! The tracepoint `damon:damon_aggregated` reports regions by target *index*; this module
 //! keeps the index → pid table ([`DamonMonitor::target_pid`]).
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 
 use memtide_common::DamonFieldOffsets;
 
-use super::damon_owner::{self, KdamondState, OwnerRecord};
+use super::owner::{self, KdamondState, OwnerRecord};
 use memtide_host::probe::damon::ADMIN_DIR;
 use memtide_host::sysfs::{self, HostRoot, SysfsError};
 
@@ -247,7 +247,7 @@ impl DamonMonitor {
         self.owned = false;
         self.kdamond_pid = None;
         if let Some(path) = &self.owner_file
-            && let Err(error) = damon_owner::remove(path)
+            && let Err(error) = owner::remove(path)
         {
             tracing::warn!(path = %path.display(), %error, "removing the kdamond record");
         }
@@ -256,7 +256,7 @@ impl DamonMonitor {
 }
 
 /// Removes the kdamond a killed agent left behind, if `owner_file` proves it was that agent's
-/// (see [`damon_owner`]); `Ok(false)` leaves DAMON untouched.
+/// (see [`owner`]); `Ok(false)` leaves DAMON untouched.
 fn remove_left_behind(
     root: &HostRoot,
     admin: &Path,
@@ -271,14 +271,14 @@ fn remove_left_behind(
     let Some(state) = KdamondState::read(admin) else {
         return Ok(false);
     };
-    if !damon_owner::is_left_behind(&record, &state, root) {
+    if !owner::is_left_behind(&record, &state, root) {
         return Ok(false);
     }
     if state.running {
         sysfs::write_value(&admin.join("kdamonds/0/state"), "off")?;
     }
     sysfs::write_value(&admin.join("kdamonds/nr_kdamonds"), "0")?;
-    if let Err(error) = damon_owner::remove(path) {
+    if let Err(error) = owner::remove(path) {
         tracing::warn!(path = %path.display(), %error, "removing the kdamond record");
     }
     tracing::warn!(
@@ -523,7 +523,7 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\"";
 
     /// This process's /proc/PID/stat under the fixture root, started at `start` ticks.
     fn fake_this_process(dir: &tempfile::TempDir, start: u64) {
-        damon_owner::fake_process(dir.path(), std::process::id(), start);
+        owner::fake_process(dir.path(), std::process::id(), start);
     }
 
     fn owner_record(dir: &tempfile::TempDir) -> Option<OwnerRecord> {

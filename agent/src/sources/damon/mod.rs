@@ -5,21 +5,30 @@
 //! anyone else uses DAMON), read the tracepoint format, then load and attach the program.
 //! Drop order is the reverse: the program is detached before the kdamond is stopped and
 //! removed, so nothing memtide created outlives it.
+//!
+//! [`monitor`] drives the kdamond through DAMON's sysfs interface, [`owner`] records it so the
+//! next agent can remove one a killed agent left, and [`stream`] hands the regions the
+//! tracepoint reports to the targets they belong to.
 
-use memtide_config::DamonMonitorConfig;
-use std::path::PathBuf;
+pub mod monitor;
+pub mod owner;
+pub mod stream;
+
+use std::{collections::BTreeMap, path::PathBuf};
 
 use aya::{
     Ebpf, EbpfLoader,
     maps::{Array, MapData, RingBuf},
     programs::TracePoint,
 };
-use memtide_common::{DamonRegion, names};
-use tokio::sync::{mpsc, watch};
+use memtide_common::names;
+use memtide_config::DamonMonitorConfig;
+use memtide_host::{probe::SourceKind, sysfs::HostRoot};
+use tokio::sync::watch;
 
-use super::damon_monitor::{DamonError, DamonMonitor, damon_aggregated_offsets};
-use crate::bpf::{self, BpfError};
-use memtide_host::{sys::async_fd, sysfs::HostRoot};
+use self::monitor::{DamonError, DamonMonitor, damon_aggregated_offsets};
+use super::{Delivery, HotnessSource, SourceError};
+use crate::bpf::{self, BpfError, ProgramStats};
 
 #[derive(Debug, thiserror::Error)]
 pub enum DamonSourceError {
@@ -52,6 +61,8 @@ pub fn find_tracefs(root: &HostRoot) -> Result<PathBuf, DamonSourceError> {
 /// A running DAMON source. Field order is drop order.
 pub struct DamonSource {
     ring: Option<RingBuf<MapData>>,
+    /// The monitored pids by DAMON target index, for the delivery task.
+    targets: watch::Sender<Vec<u32>>,
     owner: Array<MapData, u32>,
     /// Holds the attached program; dropping it detaches.
     ebpf: Ebpf,
@@ -99,6 +110,7 @@ impl DamonSource {
         let ring = bpf::take_map(&mut ebpf, names::MAP_DAMON_REGIONS)?;
         let mut source = Self {
             ring: Some(ring),
+            targets: watch::Sender::new(pids.to_vec()),
             owner,
             ebpf,
             monitor,
@@ -120,6 +132,7 @@ impl DamonSource {
     pub fn set_targets(&mut self, pids: &[u32]) -> Result<(), DamonSourceError> {
         self.monitor.set_targets(pids)?;
         self.publish_owner()?;
+        self.targets.send_replace(pids.to_vec());
         Ok(())
     }
 
@@ -136,7 +149,7 @@ impl DamonSource {
 
     /// Kernel-measured run time of the tracepoint program.
     #[must_use]
-    pub fn program_stats(&self) -> Vec<bpf::ProgramStats> {
+    pub fn program_stats(&self) -> Vec<ProgramStats> {
         bpf::program_stats(&self.ebpf)
     }
 
@@ -162,48 +175,46 @@ impl DamonSource {
     pub fn stop(self) -> Result<(), DamonSourceError> {
         let Self {
             ring,
+            targets,
             owner,
             ebpf,
             mut monitor,
         } = self;
-        drop((ring, owner, ebpf));
+        drop((ring, targets, owner, ebpf));
         monitor.stop()?;
         Ok(())
     }
 }
 
-/// Drains DAMON region records into `sender` in batches, one batch per wake-up, until `stop`
-/// flips to true. A full channel drops the batch; the count of dropped regions is returned.
-pub async fn run_damon_ring(
-    ring: RingBuf<MapData>,
-    sender: mpsc::Sender<Vec<DamonRegion>>,
-    mut stop: watch::Receiver<bool>,
-) -> std::io::Result<u64> {
-    let mut ring = async_fd::register_readable(ring)?;
-    let mut dropped = 0u64;
-    loop {
-        tokio::select! {
-            changed = stop.changed() => {
-                if changed.is_err() || *stop.borrow() {
-                    break;
-                }
-            }
-            guard = ring.readable_mut() => {
-                let mut guard = guard?;
-                let mut batch = Vec::new();
-                let ring = guard.get_inner_mut();
-                while let Some(record) = ring.next() {
-                    if let Some(region) = DamonRegion::from_ne_bytes(&record) {
-                        batch.push(region);
-                    }
-                }
-                guard.clear_ready();
-                let len = batch.len() as u64;
-                if !batch.is_empty() && sender.try_send(batch).is_err() {
-                    dropped += len;
-                }
-            }
-        }
+impl HotnessSource for DamonSource {
+    fn kind(&self) -> SourceKind {
+        SourceKind::Damon
     }
-    Ok(dropped)
+
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError> {
+        Ok(Self::set_targets(self, pids)?)
+    }
+
+    fn deliver(&mut self, delivery: Delivery) -> Result<tokio::task::JoinHandle<()>, SourceError> {
+        let ring = self.take_ring().ok_or(SourceError::Delivering)?;
+        let targets = self.targets.subscribe();
+        Ok(stream::spawn(
+            ring,
+            targets,
+            self.max_nr_accesses(),
+            delivery,
+        )?)
+    }
+
+    fn drop_counts(&self) -> BTreeMap<&'static str, u64> {
+        BTreeMap::new()
+    }
+
+    fn program_stats(&self) -> Vec<ProgramStats> {
+        Self::program_stats(self)
+    }
+
+    fn stopped(&self) -> Result<bool, SourceError> {
+        Ok(Self::stopped(self)?)
+    }
 }

@@ -1,29 +1,12 @@
-//! The agent's side of ingest: the BPF sample ring, drained into `memtide-core`'s router on every
-//! wake-up (and on a timer, since the BPF side batches wake-ups), with each target's batches
-//! going to its task over a bounded tokio channel.
+//! The perf sources' ring of [`memtide_common::AccessSample`]s, drained into `memtide-core`'s
+//! router on every wake-up (and on a timer, since the BPF side batches wake-ups); each target's
+//! batches go to its task's channel.
 
 use aya::maps::{MapData, RingBuf};
-use memtide_core::ingest::{BatchSink, RouteCommand, Router, SampleBatch, Undelivered};
 use memtide_host::sys::async_fd;
-use tokio::sync::mpsc;
+use tokio::{sync::mpsc, task::JoinHandle};
 
-/// A target task's channel, as the router's sink: `try_send`, never waiting.
-#[derive(Clone, Debug)]
-pub struct TargetChannel(pub mpsc::Sender<SampleBatch>);
-
-impl BatchSink for TargetChannel {
-    fn try_deliver(&mut self, batch: SampleBatch) -> Result<(), Undelivered> {
-        self.0.try_send(batch).map_err(|error| match error {
-            mpsc::error::TrySendError::Full(_) => Undelivered::Full,
-            mpsc::error::TrySendError::Closed(_) => Undelivered::Closed,
-        })
-    }
-}
-
-/// The router the daemon runs: batches go to target tasks' channels.
-pub type SampleRouter = Router<TargetChannel>;
-/// A route change for [`SampleRouter`].
-pub type SampleRoute = RouteCommand<TargetChannel>;
+use crate::sources::{Delivery, SampleRoute, SampleRouter};
 
 /// How often the ring is drained when the BPF side has not woken us (it batches wake-ups).
 /// Well under the shortest epoch (100 ms), and few enough wake-ups that an idle agent costs
@@ -37,12 +20,23 @@ fn drain(ring: &mut RingBuf<MapData>, router: &mut SampleRouter) {
     router.flush();
 }
 
+/// Starts the task that drains `ring` into the targets `delivery` routes to, until its route
+/// channel closes.
+pub fn spawn(ring: RingBuf<MapData>, delivery: Delivery) -> std::io::Result<JoinHandle<()>> {
+    let router = SampleRouter::new(delivery.batch, delivery.counters);
+    Ok(tokio::spawn(async move {
+        if let Err(error) = run_sample_ring(ring, router, delivery.routes).await {
+            tracing::error!(%error, "the sample ring failed; no more samples arrive");
+        }
+    }))
+}
+
 /// Drains `ring` into `router` until `control` is closed. Returns the router (with its final
 /// batches sent) so a caller can inspect it.
 pub async fn run_sample_ring(
     ring: RingBuf<MapData>,
     mut router: SampleRouter,
-    mut control: mpsc::Receiver<SampleRoute>,
+    mut control: mpsc::UnboundedReceiver<SampleRoute>,
 ) -> std::io::Result<SampleRouter> {
     let mut ring = async_fd::register_readable(ring)?;
     // The BPF side wakes us only when an eighth of the ring is full; the timer picks up the

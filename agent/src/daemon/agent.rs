@@ -1,0 +1,372 @@
+//! The agent's state between events: its configuration and tiers, the targets it manages, the
+//! running source, and the routes that tell the source where each target's records go.
+//!
+//! Every method here may read /proc or /sys (target selection, hotplug, labels) or write sysfs
+//! (a DAMON source's target list): the event loop runs them on the blocking pool.
+
+use std::{
+    collections::BTreeMap,
+    path::PathBuf,
+    sync::{Arc, RwLock},
+    time::Instant,
+};
+
+use memtide_config::Config;
+use memtide_core::ingest::IngestCounters;
+use memtide_host::{
+    exec::TierNodes,
+    probe::SourceKind,
+    sysfs::{HostRoot, SysfsError},
+    targets::select::{Selection, TargetSet},
+    topology::tiering::{HotplugWatch, TierOverride, TieredTopology},
+};
+use tokio::sync::mpsc;
+
+use super::{
+    RunOptions, config,
+    pods::PodWatch,
+    publish::Published,
+    status::AgentStatus,
+    target::{self, ObserveSwitch, TargetHandle, TargetSpec},
+};
+use crate::{
+    metrics::{Metrics, SourceReason},
+    sources::{HotnessSource, SampleRoute, TargetChannel},
+};
+
+pub(super) struct Agent {
+    pub(super) config: Config,
+    pub(super) config_path: Option<PathBuf>,
+    pub(super) root: HostRoot,
+    pub(super) origin: Instant,
+    pub(super) tiered: TieredTopology,
+    /// Notices nodes coming and going (memory hotplug).
+    pub(super) hotplug: HotplugWatch,
+    pub(super) observe_reason: Option<String>,
+    /// The same reason, shared with every target task.
+    pub(super) observe_switch: ObserveSwitch,
+    /// What `--pid`, `--cgroup` and `--observe` added; kept across reloads.
+    pub(super) command_line: RunOptions,
+    pub(super) metrics: Metrics,
+    pub(super) status: Arc<RwLock<AgentStatus>>,
+    pub(super) selection: Selection,
+    /// The opted-in pods of this node (`[targets] pod_selector`), added to `selection`.
+    pub(super) pods: Option<PodWatch>,
+    pub(super) observe_all: bool,
+    pub(super) target_set: TargetSet,
+    pub(super) targets: BTreeMap<u32, TargetHandle>,
+    pub(super) skipped_targets: u64,
+    /// Selector failures last logged (logged again only when they change).
+    pub(super) selector_problems: Vec<String>,
+    pub(super) source: Option<Box<dyn HotnessSource>>,
+    /// The pids the source was last given.
+    pub(super) source_pids: Vec<u32>,
+    /// Route changes for the source's delivery task; `None` before it starts and after it ends.
+    pub(super) routes: Option<mpsc::UnboundedSender<SampleRoute>>,
+    pub(super) ingest_counters: Arc<IngestCounters>,
+    pub(super) published: Published,
+}
+
+/// How the hotness source learns a changed target list.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum SourceUpdate {
+    Unchanged,
+    /// Hand it the new list (perf sources edit their BPF allowlist).
+    Set,
+    /// Stop it, then start it with the new list. DAMON needs this: a target that an online
+    /// commit adds to a running kdamond, or puts in the place of another, is never monitored
+    /// (Linux 6.12, checked in the VM: no region of it is ever reported, while off and on
+    /// again reports it within an aggregation). Removing every target just stops it.
+    Restart,
+}
+
+pub(super) fn source_update(kind: SourceKind, old: &[u32], new: &[u32]) -> SourceUpdate {
+    if old == new {
+        SourceUpdate::Unchanged
+    } else if kind == SourceKind::Damon && !old.is_empty() && !new.is_empty() {
+        SourceUpdate::Restart
+    } else {
+        SourceUpdate::Set
+    }
+}
+
+fn label_for(root: &HostRoot, pid: u32) -> String {
+    let comm = std::fs::read_to_string(root.path(format!("proc/{pid}/comm")))
+        .map(|c| c.trim().to_owned())
+        .unwrap_or_else(|_| "unknown".to_owned());
+    format!("{comm}:{pid}")
+}
+
+impl Agent {
+    fn target_spec(&self, pid: u32) -> TargetSpec {
+        let classes = &self.tiered.classes;
+        let nodes = classes
+            .best_node(&self.tiered.topology, true)
+            .zip(classes.best_node(&self.tiered.topology, false))
+            .map(|(fast, slow)| TierNodes { fast, slow });
+        TargetSpec {
+            pid,
+            label: label_for(&self.root, pid),
+            tiering: self.config.engine.clone(),
+            exec: self.config.migration.clone(),
+            observe: Arc::clone(&self.observe_switch),
+            fast_nodes: classes.fast.clone(),
+            slow_nodes: classes.slow.clone(),
+            nodes,
+            root: self.root.clone(),
+        }
+    }
+
+    /// Sends a route change to the source's delivery task. Never dropped: the channel is
+    /// unbounded (route changes are as many as target changes); it only fails once delivery
+    /// has ended, and then there are no records left to route.
+    pub(super) fn route(&mut self, command: SampleRoute) {
+        if let Some(routes) = &self.routes
+            && routes.send(command).is_err()
+        {
+            tracing::warn!("the source's delivery has ended; no more samples reach the targets");
+            self.routes = None;
+        }
+    }
+
+    /// Starts managing `pid`; false when the target limit is reached or it cannot be opened.
+    pub(super) fn add_target(&mut self, pid: u32) -> bool {
+        if self.targets.contains_key(&pid) {
+            return true;
+        }
+        if self.targets.len() >= self.config.targets.max_targets {
+            self.skipped_targets += 1;
+            if self.skipped_targets.is_power_of_two() {
+                tracing::warn!(
+                    pid,
+                    max = self.config.targets.max_targets,
+                    skipped = self.skipped_targets,
+                    "target limit reached ([targets] max_targets); process not managed"
+                );
+            }
+            return false;
+        }
+        let spec = self.target_spec(pid);
+        let label = spec.label.clone();
+        match target::spawn(
+            spec,
+            self.config.sources.queue_batches,
+            self.origin,
+            self.metrics.clone(),
+            Arc::clone(&self.status),
+        ) {
+            Ok(handle) => {
+                self.route(SampleRoute::Add {
+                    pid,
+                    sender: TargetChannel(handle.input.clone()),
+                });
+                tracing::info!(pid, target = %label, "managing target");
+                self.targets.insert(pid, handle);
+                true
+            }
+            Err(error) => {
+                tracing::info!(pid, %error, "cannot manage process");
+                false
+            }
+        }
+    }
+
+    pub(super) fn remove_target(&mut self, pid: u32) {
+        if self.targets.remove(&pid).is_some() {
+            self.route(SampleRoute::Remove { pid });
+            tracing::info!(pid, "target gone");
+        }
+    }
+
+    /// Memory hotplug: re-reads and re-classifies the nodes when the online or with-memory
+    /// node sets change. Targets found from then on use the new classification; running ones
+    /// keep theirs (a move to a node that went away fails per page and is counted).
+    fn check_hotplug(&mut self) {
+        match reread_after_hotplug(&mut self.hotplug, &self.root, &self.config.topology) {
+            None => {}
+            Some(Ok(tiered)) => {
+                tracing::warn!(
+                    fast = ?tiered.classes.fast,
+                    slow = ?tiered.classes.slow,
+                    "NUMA nodes changed (memory hotplug); tiers re-read"
+                );
+                if let Ok(mut status) = self.status.write() {
+                    status.fast_nodes.clone_from(&tiered.classes.fast);
+                    status.slow_nodes.clone_from(&tiered.classes.slow);
+                }
+                self.tiered = tiered;
+                self.update_observe_reason();
+            }
+            // The tiers read last stay in use; moves to a node that went away fail per page
+            // and are counted.
+            Some(Err(error)) => tracing::warn!(%error, "re-reading the topology after hotplug"),
+        }
+    }
+
+    /// Re-resolves the selection; starts and stops target tasks; tells the source.
+    pub(super) fn refresh_targets(&mut self) {
+        self.check_hotplug();
+        let finished: Vec<u32> = self
+            .targets
+            .iter()
+            .filter(|(_, handle)| handle.task.is_finished())
+            .map(|(pid, _)| *pid)
+            .collect();
+        for pid in finished {
+            self.remove_target(pid);
+        }
+        if !self.observe_all {
+            self.resolve_selection();
+        }
+        self.update_source();
+    }
+
+    /// Follows the selection (and the pods it opted in): new members become targets, gone
+    /// ones stop being.
+    fn resolve_selection(&mut self) {
+        let with_pods;
+        let selection = match self.pods.as_mut() {
+            Some(pods) => {
+                pods.update(&self.metrics);
+                with_pods = pods.selection(&self.selection);
+                &with_pods
+            }
+            None => &self.selection,
+        };
+        let changes = match self.target_set.refresh(selection) {
+            Ok(changes) => changes,
+            Err(error) => {
+                tracing::warn!(%error, "resolving targets");
+                return;
+            }
+        };
+        if changes.problems != self.selector_problems {
+            for problem in &changes.problems {
+                tracing::warn!(%problem, "a target selector cannot be resolved; skipping it (the others are still followed)");
+            }
+            self.selector_problems = changes.problems;
+        }
+        for pid in changes.removed {
+            self.remove_target(pid);
+        }
+        for pid in changes.added {
+            self.add_target(pid);
+        }
+        // Members refused earlier (the target limit, a failed start) get a slot once one is
+        // free.
+        let waiting: Vec<u32> = self
+            .target_set
+            .iter()
+            .map(memtide_host::targets::Target::pid)
+            .filter(|pid| !self.targets.contains_key(pid))
+            .collect();
+        for pid in waiting {
+            if self.targets.len() >= self.config.targets.max_targets {
+                break;
+            }
+            self.add_target(pid);
+        }
+    }
+
+    /// Hands the source the current target list, and starts it again if it was stopped from
+    /// outside while its targets live.
+    fn update_source(&mut self) {
+        let pids: Vec<u32> = self.targets.keys().copied().collect();
+        let Some(source) = self.source.as_mut() else {
+            return;
+        };
+        let mut update = source_update(source.kind(), &self.source_pids, &pids);
+        // DAMON stops a kdamond by itself only once every target has exited; off while one
+        // still lives means someone turned memtide's kdamond off. Start it again.
+        let alive = pids.iter().any(|&pid| {
+            self.target_set
+                .get(pid)
+                .is_some_and(|target| target.exited().is_ok_and(|exited| !exited))
+        });
+        match source.stopped() {
+            Ok(true) if alive => {
+                tracing::warn!(
+                    source = %source.kind(),
+                    "the source was stopped from outside (for DAMON: memtide's kdamond was turned off) while its targets live; starting it again"
+                );
+                self.metrics
+                    .source_restarts
+                    .get_or_create(&SourceReason {
+                        source: source.kind().as_str().to_owned(),
+                        reason: "stopped_externally".to_owned(),
+                    })
+                    .inc();
+                update = SourceUpdate::Restart;
+            }
+            Ok(_) => {}
+            Err(error) => tracing::warn!(%error, "checking that the source still runs"),
+        }
+        let result = match update {
+            SourceUpdate::Unchanged => return,
+            SourceUpdate::Set => source.set_targets(&pids),
+            SourceUpdate::Restart => source
+                .set_targets(&[])
+                .and_then(|()| source.set_targets(&pids)),
+        };
+        match result {
+            Ok(()) => self.source_pids = pids,
+            // Tried again at the next refresh.
+            Err(error) => tracing::warn!(%error, "updating the source's targets"),
+        }
+    }
+
+    /// Recomputes why the agent only observes and tells every target.
+    pub(super) fn update_observe_reason(&mut self) {
+        let reason = config::observe_reason(&self.config, &self.tiered);
+        if reason != self.observe_reason {
+            match &reason {
+                Some(reason) => tracing::warn!("not migrating from now on: {reason}"),
+                None => tracing::info!("migrating between tiers from now on"),
+            }
+        }
+        self.observe_reason.clone_from(&reason);
+        if let Ok(mut status) = self.status.write() {
+            status.observe_reason.clone_from(&reason);
+        }
+        match self.observe_switch.write() {
+            Ok(mut switch) => *switch = reason,
+            Err(poisoned) => *poisoned.into_inner() = reason,
+        }
+    }
+
+    /// SIGHUP: re-read the file; a broken file keeps the running configuration.
+    pub(super) fn reload(&mut self) {
+        let Some(path) = self.config_path.clone() else {
+            tracing::info!("SIGHUP: no configuration file in use; nothing to reload");
+            return;
+        };
+        match config::reload(&path, &self.config, &self.command_line, &self.tiered) {
+            Ok(config) => {
+                self.selection = config.targets.selection();
+                self.config = config;
+                self.update_observe_reason();
+                tracing::info!(path = %path.display(), "configuration reloaded (observe mode and targets apply now; engine settings to targets found from now on)");
+            }
+            Err(error) => {
+                tracing::error!(%error, "SIGHUP: the new configuration is invalid; keeping the running one");
+            }
+        }
+    }
+}
+
+/// The topology read again when the online or with-memory node sets changed since the last
+/// call; `None` when they did not (or could not be read: tried again at the next refresh).
+pub(super) fn reread_after_hotplug(
+    watch: &mut HotplugWatch,
+    root: &HostRoot,
+    over: &TierOverride,
+) -> Option<Result<TieredTopology, SysfsError>> {
+    match watch.changed(root) {
+        Ok(true) => Some(TieredTopology::read(root, over)),
+        Ok(false) => None,
+        Err(error) => {
+            tracing::debug!(%error, "checking for memory hotplug");
+            None
+        }
+    }
+}

@@ -1,0 +1,431 @@
+//! The agent's life: [`start`] (configuration → tiers → HTTP endpoints → targets → the best
+//! hotness source that starts → delivery), [`event_loop`] (follow targets, publish metrics, keep
+//! the sample period in budget, pet the watchdog, reload, stop) and [`shutdown`] (stop taking
+//! samples, let in-flight epochs finish, release the kernel's resources).
+//!
+//! Work that reads /proc or /sys, or writes sysfs, runs on the blocking pool with the agent's
+//! state moved in and back out, so the runtime's workers only ever wait.
+
+use std::{
+    collections::BTreeMap,
+    os::fd::OwnedFd,
+    path::Path,
+    sync::{
+        Arc, RwLock,
+        atomic::{AtomicBool, Ordering},
+    },
+    time::{Duration, Instant},
+};
+
+use memtide_common::AccessSample;
+use memtide_core::ingest::IngestCounters;
+use memtide_host::{
+    exec::coexist,
+    targets::select::TargetSet,
+    topology::tiering::{HotplugWatch, TieredTopology},
+};
+use tokio::{
+    sync::{mpsc, watch},
+    task::JoinHandle,
+};
+
+use super::{
+    Control, DaemonError, Environment, RunOptions,
+    agent::Agent,
+    config::{load_config, observe_reason},
+    http,
+    notify::Notifier,
+    pods::PodWatch,
+    publish::Published,
+    sample_rate::SampleRate,
+    status::AgentStatus,
+};
+use crate::{
+    kube::PodLister,
+    metrics::Metrics,
+    sources::{Delivery, SampleRoute, SourceRequest, TargetChannel, TargetInput},
+};
+
+/// How often targets are re-resolved (cgroup members come and go).
+const REFRESH: Duration = Duration::from_secs(1);
+/// How often source, BPF and tier metrics are published.
+const METRICS_TICK: Duration = Duration::from_secs(1);
+/// How long shutdown waits for in-flight epochs.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(3);
+
+/// A started agent, between [`start`] and [`shutdown`].
+pub(super) struct Running {
+    pub(super) agent: Agent,
+    pub(super) address: std::net::SocketAddr,
+    control: mpsc::UnboundedReceiver<Control>,
+    http: http::HttpServer,
+    http_stop: watch::Sender<bool>,
+    ready: Arc<AtomicBool>,
+    /// The source's delivery task.
+    delivery: Option<JoinHandle<()>>,
+    /// Observe-all mode: samples of processes that have no target yet.
+    unclaimed: mpsc::Receiver<TargetInput>,
+    sample_rate: Option<SampleRate>,
+    notifier: Notifier,
+    /// Keeps the kernel's BPF run-time accounting on while the agent runs.
+    _cost_accounting: Option<OwnedFd>,
+}
+
+/// Runs `work` on the blocking pool with the agent moved in, and hands the agent back.
+async fn on_blocking_pool(
+    mut agent: Agent,
+    work: impl FnOnce(&mut Agent) + Send + 'static,
+) -> Agent {
+    match tokio::task::spawn_blocking(move || {
+        work(&mut agent);
+        agent
+    })
+    .await
+    {
+        Ok(agent) => agent,
+        Err(error) => std::panic::resume_unwind(error.into_panic()),
+    }
+}
+
+/// Start-up, up to the first sample: everything [`event_loop`] needs.
+pub(super) async fn start(
+    options: RunOptions,
+    env: Environment,
+    control: mpsc::UnboundedReceiver<Control>,
+) -> Result<Running, DaemonError> {
+    let origin = Instant::now();
+    let (agent, http, http_stop, ready) = prepare(options, &env, origin).await?;
+    let mut agent = on_blocking_pool(agent, Agent::refresh_targets).await;
+    let cost_accounting = env.sources.cost_accounting();
+    let (unclaimed_tx, unclaimed) = mpsc::channel(agent.config.sources.queue_batches.max(1));
+    let delivery = start_source(&mut agent, &env, unclaimed_tx).await;
+    // The start-up period came from an expected event rate; this keeps the measured cost of
+    // sampling inside the budget from here on.
+    let sample_rate = agent.source.as_deref().and_then(|source| {
+        SampleRate::new(
+            source,
+            http.cpu_meter(),
+            agent.ingest_counters.decoded.load(Ordering::Relaxed),
+        )
+    });
+    let source_name = agent
+        .source
+        .as_ref()
+        .map_or("none", |s| s.kind().as_str())
+        .to_owned();
+    if let Ok(mut status) = agent.status.write() {
+        status.source.clone_from(&source_name);
+    }
+    tracing::info!(source = %source_name, targets = agent.targets.len(), observe_all = agent.observe_all, "memtide running");
+    let notifier = Notifier::from_env();
+    ready.store(true, Ordering::Relaxed);
+    notifier.ready(&format!(
+        "source {source_name}; {}",
+        agent
+            .observe_reason
+            .as_deref()
+            .unwrap_or("migrating between tiers")
+    ));
+    Ok(Running {
+        address: agent.config.agent.listen,
+        agent,
+        control,
+        http,
+        http_stop,
+        ready,
+        delivery,
+        unclaimed,
+        sample_rate,
+        notifier,
+        _cost_accounting: cost_accounting,
+    })
+}
+
+/// Configuration, tiers, conflicts, the pod list and the HTTP endpoints: the agent before it
+/// has targets or a source.
+async fn prepare(
+    options: RunOptions,
+    env: &Environment,
+    origin: Instant,
+) -> Result<
+    (
+        Agent,
+        http::HttpServer,
+        watch::Sender<bool>,
+        Arc<AtomicBool>,
+    ),
+    DaemonError,
+> {
+    let root = env.root.clone();
+    let (mut config, config_path) = load_config(&options)?;
+    match &config_path {
+        Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
+        None => tracing::info!(
+            "no configuration file at {}; using the defaults",
+            memtide_config::DEFAULT_PATH
+        ),
+    }
+    let tiered = TieredTopology::read(&root, &config.topology)?;
+    let shown = config_path
+        .as_deref()
+        .unwrap_or_else(|| Path::new("(defaults)"));
+    config.validate(shown, Some(&tiered.topology))?;
+    if let Some(warning) = &tiered.classes.warning {
+        tracing::warn!("{warning}");
+    }
+    // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
+    coexist::check(&root, config.agent.on_conflict)?;
+    let pods = pod_watch(&config)?;
+    let observe_reason = observe_reason(&config, &tiered);
+    if let Some(reason) = &observe_reason {
+        tracing::warn!("not migrating: {reason}");
+    }
+    let (metrics, registry) = Metrics::new();
+    let status = Arc::new(RwLock::new(AgentStatus {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        source: "none".to_owned(),
+        observe_reason: observe_reason.clone(),
+        fast_nodes: tiered.classes.fast.clone(),
+        slow_nodes: tiered.classes.slow.clone(),
+        targets: Vec::new(),
+    }));
+    let ready = Arc::new(AtomicBool::new(false));
+    let listener = http::bind(config.agent.listen)
+        .await
+        .map_err(DaemonError::Listen)?;
+    // Port 0 asks the kernel for one: status and logs show the one it gave.
+    config.agent.listen = listener.local_addr().map_err(DaemonError::Listen)?;
+    tracing::info!(address = %config.agent.listen, "serving /metrics /healthz /readyz /status");
+    let (http_stop, mut http_stop_rx) = watch::channel(false);
+    let http = http::HttpServer::start(
+        listener,
+        http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready)),
+        async move {
+            let _ = http_stop_rx.changed().await;
+        },
+    )
+    .map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("starting the HTTP server thread: {error}"),
+        )
+    })?;
+    let selection = config.targets.selection();
+    let observe_all = selection.include.is_empty() && pods.is_none();
+    let mut hotplug = HotplugWatch::new();
+    // The first call records the current node sets.
+    let _ = hotplug.changed(&root);
+    let agent = Agent {
+        config,
+        config_path,
+        root,
+        origin,
+        tiered,
+        hotplug,
+        observe_switch: Arc::new(RwLock::new(observe_reason.clone())),
+        observe_reason,
+        command_line: options,
+        metrics,
+        status,
+        selection,
+        pods,
+        observe_all,
+        target_set: TargetSet::new(),
+        targets: BTreeMap::new(),
+        skipped_targets: 0,
+        selector_problems: Vec::new(),
+        source_pids: Vec::new(),
+        source: None,
+        routes: None,
+        ingest_counters: Arc::new(IngestCounters::default()),
+        published: Published::default(),
+    };
+    Ok((agent, http, http_stop, ready))
+}
+
+/// The pod list of `[targets] pod_selector`, when one is set.
+fn pod_watch(config: &memtide_config::Config) -> Result<Option<PodWatch>, DaemonError> {
+    if config.targets.pod_selector.is_empty() {
+        return Ok(None);
+    }
+    let lister = PodLister::new(
+        &config.kubernetes,
+        &config.kubernetes.node_name,
+        &config.targets.pod_selector,
+        |name| std::env::var(name).ok(),
+    )?;
+    tracing::info!(
+        url = lister.url(),
+        "managing the pods of this node that match [targets] pod_selector"
+    );
+    Ok(Some(PodWatch::spawn(
+        lister,
+        Duration::from_secs(config.kubernetes.poll_seconds),
+    )))
+}
+
+/// Starts the best source for the current targets and its delivery, with a route for every
+/// target (and, observing every process, one for everyone else to `unclaimed`).
+async fn start_source(
+    agent: &mut Agent,
+    env: &Environment,
+    unclaimed: mpsc::Sender<TargetInput>,
+) -> Option<JoinHandle<()>> {
+    let pids: Vec<u32> = agent.targets.keys().copied().collect();
+    let sources = Arc::clone(&env.sources);
+    let (root, config, observe_all) = (
+        agent.root.clone(),
+        agent.config.sources.clone(),
+        agent.observe_all,
+    );
+    let started_for = pids.clone();
+    let source = tokio::task::spawn_blocking(move || {
+        sources.start(&SourceRequest {
+            root: &root,
+            config: &config,
+            pids: &started_for,
+            observe_all,
+        })
+    })
+    .await
+    .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
+    agent.source_pids = pids;
+    let mut source = source?;
+    let (routes, routes_rx) = mpsc::unbounded_channel();
+    let delivery = source.deliver(Delivery {
+        routes: routes_rx,
+        counters: Arc::clone(&agent.ingest_counters),
+        batch: agent.config.sources.batch,
+    });
+    agent.source = Some(source);
+    let task = match delivery {
+        Ok(task) => task,
+        Err(error) => {
+            tracing::error!(%error, "the source started but cannot deliver its records");
+            return None;
+        }
+    };
+    agent.routes = Some(routes);
+    let existing: Vec<(u32, TargetChannel)> = agent
+        .targets
+        .iter()
+        .map(|(pid, handle)| (*pid, TargetChannel(handle.input.clone())))
+        .collect();
+    for (pid, sender) in existing {
+        agent.route(SampleRoute::Add { pid, sender });
+    }
+    if agent.observe_all {
+        agent.route(SampleRoute::SetDefault {
+            sender: Some(TargetChannel(unclaimed)),
+        });
+    }
+    Some(task)
+}
+
+/// Until a stop: targets, metrics, the sample period, the watchdog, reloads.
+pub(super) async fn event_loop(mut running: Running) -> Running {
+    let mut refresh = tokio::time::interval(REFRESH);
+    let mut metrics_tick = tokio::time::interval(METRICS_TICK);
+    let mut rate_check =
+        tokio::time::interval(crate::sources::perf::rate::RateController::INTERVAL);
+    rate_check.reset();
+    let mut watchdog =
+        tokio::time::interval(Notifier::watchdog_interval().unwrap_or(Duration::from_secs(3600)));
+    loop {
+        let agent = running.agent;
+        running.agent = tokio::select! {
+            command = running.control.recv() => match command {
+                Some(Control::Reload) => on_blocking_pool(agent, Agent::reload).await,
+                Some(Control::Stop { cause }) => {
+                    tracing::info!("{cause}: stopping");
+                    running.agent = agent;
+                    break;
+                }
+                // Every handle is gone: nobody can ask for anything any more.
+                None => {
+                    running.agent = agent;
+                    break;
+                }
+            },
+            _ = refresh.tick() => on_blocking_pool(agent, Agent::refresh_targets).await,
+            _ = metrics_tick.tick() => on_blocking_pool(agent, Agent::publish_metrics).await,
+            _ = rate_check.tick(), if running.sample_rate.is_some() => {
+                let mut agent = agent;
+                if let (Some(rate), Some(source)) = (running.sample_rate.as_mut(), agent.source.as_deref_mut()) {
+                    let samples = agent.ingest_counters.decoded.load(Ordering::Relaxed);
+                    rate.tick(source, samples, &agent.metrics);
+                }
+                agent
+            }
+            _ = watchdog.tick() => {
+                running.notifier.watchdog();
+                agent
+            }
+            Some(input) = running.unclaimed.recv() => match input {
+                TargetInput::Samples(batch) => {
+                    on_blocking_pool(agent, move |agent| claim(agent, batch)).await
+                }
+                TargetInput::Regions(_) => agent,
+            },
+        };
+    }
+    running
+}
+
+/// Observe-all mode: samples of processes without a task start one (up to the limit) and go to
+/// it; what cannot be handed on is counted as dropped.
+fn claim(agent: &mut Agent, batch: Vec<AccessSample>) {
+    let mut by_pid: BTreeMap<u32, Vec<AccessSample>> = BTreeMap::new();
+    for sample in batch {
+        by_pid.entry(sample.pid).or_default().push(sample);
+    }
+    let mut dropped = 0;
+    for (pid, samples) in by_pid {
+        let n = samples.len() as u64;
+        if pid == std::process::id() || !agent.add_target(pid) {
+            dropped += n;
+            continue;
+        }
+        let delivered = agent.targets.get(&pid).is_some_and(|handle| {
+            TargetChannel(handle.input.clone())
+                .try_send(TargetInput::Samples(samples))
+                .is_ok()
+        });
+        if !delivered {
+            dropped += n;
+        }
+    }
+    agent
+        .ingest_counters
+        .dropped_channel_full
+        .fetch_add(dropped, Ordering::Relaxed);
+}
+
+/// Stops taking samples, lets epochs finish, then releases the kernel's resources.
+pub(super) async fn shutdown(mut running: Running) {
+    running.notifier.stopping();
+    running.ready.store(false, Ordering::Relaxed);
+    let agent = &mut running.agent;
+    // No more route changes: delivery ends and the targets' channels close behind it.
+    agent.routes = None;
+    if let Some(delivery) = running.delivery.take() {
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, delivery).await;
+    }
+    let tasks: Vec<_> = std::mem::take(&mut agent.targets)
+        .into_values()
+        .map(|handle| handle.task)
+        .collect();
+    let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+    for task in tasks {
+        if tokio::time::timeout_at(deadline, task).await.is_err() {
+            tracing::warn!("a target's epoch did not finish in time; abandoning it");
+        }
+    }
+    // Detaches the BPF programs and removes memtide's kdamond, if any (blocking sysfs writes).
+    if let Some(source) = agent.source.take() {
+        let _ = tokio::task::spawn_blocking(move || drop(source)).await;
+    }
+    let _ = running.http_stop.send(true);
+    running.http.finish(Duration::from_secs(1)).await;
+    tracing::info!("memtide stopped");
+}

@@ -1,0 +1,273 @@
+//! One epoch of a target: where its pages are, what the epoch's accesses say by tier, the plan,
+//! and its execution (or, in observe mode, the moves it assumes). The outcome goes to `report`,
+//! which publishes it; nothing here touches metrics or status.
+
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
+
+use memtide_core::{
+    engine::EngineStats,
+    policy::{CapacityView, Plan},
+    units::{Direction, PAGE_SIZE},
+};
+use memtide_host::{
+    exec::{ExecReport, KernelBackend, TierNodes, requests_from_plan},
+    sysfs::HostRoot,
+    targets::{Target, TargetError, placement::TierPlacement},
+    topology::Topology,
+};
+
+use super::{
+    State,
+    observe::AssumedView,
+    views::{EpochInput, TierView, bytes_on, knows_sampled_pages, tier_view},
+};
+
+/// Pages of a target queried per epoch at most; beyond this the placement view is partial
+/// so one huge process cannot stall the agent.
+const MAX_QUERY_PAGES: u64 = 4 << 20;
+/// How long a placement query stays good when memtide moved nothing. Querying is a page-table
+/// walk over the whole target (most of an idle agent's CPU when done every epoch); between
+/// queries only the kernel or another tool can move pages, and the executor verifies every
+/// page it moves anyway.
+const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
+
+/// What one epoch did.
+#[derive(Debug)]
+pub(super) enum EpochOutcome {
+    /// The target is gone (before the epoch, or during its migration: then with what moved).
+    Exited {
+        executed: Option<Box<ExecReport>>,
+    },
+    /// Where the pages are could not be queried: nothing was planned (the error is in the
+    /// status).
+    NoPlacement,
+    Planned(Box<Planned>),
+}
+
+/// An epoch that planned.
+#[derive(Debug)]
+pub(super) struct Planned {
+    /// The epoch's sampled accesses and hot set by tier, before the moves.
+    pub(super) before: TierView,
+    /// The same after the moves (the placement queried again when pages moved).
+    pub(super) after: TierView,
+    /// Bytes of the target on the fast and the slow nodes, after the moves.
+    pub(super) managed: [(&'static str, u64); 2],
+    pub(super) plan: Plan,
+    /// Observe mode: the plan's moves were only assumed.
+    pub(super) observed: bool,
+    /// What the executor did, when it ran.
+    pub(super) executed: Option<ExecReport>,
+    pub(super) stats: EngineStats,
+    pub(super) epoch: Duration,
+    pub(super) granularity_bytes: u64,
+}
+
+impl State {
+    /// Plans the epoch ending at `now` from what the target saw since the last one, and moves
+    /// (or, observing, assumes) what the plan says.
+    pub(super) fn epoch(&mut self, now: Duration, input: &EpochInput) -> EpochOutcome {
+        if self.target.check_alive().is_err() {
+            return EpochOutcome::Exited { executed: None };
+        }
+        let (queried_at, placement) = match self.placement(input) {
+            Ok(found) => found,
+            Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
+            Err(error) => {
+                self.remember_error(error.to_string());
+                return EpochOutcome::NoPlacement;
+            }
+        };
+        let coverage = self.tiering.engine().config().hot_coverage;
+        let before = tier_view(input, &placement, coverage);
+        let plan = self.plan(now, &placement);
+        let stats = self.tiering.stats();
+        tracing::debug!(
+            pid = self.spec.pid,
+            epoch = self.status.epochs + 1,
+            moves = plan.moves.len(),
+            promote = plan.promote_bytes,
+            demote = plan.demote_bytes,
+            would_promote = plan.would_promote_bytes,
+            would_demote = plan.would_demote_bytes,
+            room = plan.promote_room,
+            budget = plan.promote_budget,
+            granularity = plan.granularity.bytes(),
+            threshold_ns = plan.benefit_threshold_ns,
+            stage2 = stats.stage2_superpages,
+            hot_superpages = stats.hot_superpages,
+            hot_subpages = stats.hot_subpages,
+            regions = input.regions.len(),
+            accessed_regions = input.regions.values().filter(|r| r.nr_accesses > 0).count(),
+            samples = input.pages.len(),
+            "planned"
+        );
+        let observed = self.observing() || self.spec.nodes.is_none();
+        let mut executed = None;
+        if observed {
+            self.assume(&plan);
+        } else if let Some(nodes) = self.spec.nodes
+            && !plan.moves.is_empty()
+        {
+            match self.execute(&plan, nodes) {
+                Ok(report) if report.aborted.is_some() => {
+                    return EpochOutcome::Exited {
+                        executed: Some(Box::new(report)),
+                    };
+                }
+                Ok(report) => executed = Some(report),
+                Err(error) => self.remember_error(error),
+            }
+        }
+        // After the moves: the placement is queried again only if pages moved.
+        let moved = executed
+            .as_ref()
+            .is_some_and(|report| report.total().pages_moved > 0);
+        let (placement, after, queried_at) = if moved {
+            let placement = placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement);
+            let after = tier_view(input, &placement, coverage);
+            (placement, after, Instant::now())
+        } else {
+            (placement, before, queried_at)
+        };
+        let counts = placement.counts();
+        let managed = [
+            ("fast", bytes_on(&counts, &self.spec.fast_nodes)),
+            ("slow", bytes_on(&counts, &self.spec.slow_nodes)),
+        ];
+        self.placement = Some((queried_at, placement));
+        EpochOutcome::Planned(Box::new(Planned {
+            before,
+            after,
+            managed,
+            observed,
+            executed,
+            stats: self.tiering.stats(),
+            epoch: self.tiering.epoch(),
+            granularity_bytes: self.tiering.granularity().bytes(),
+            plan,
+        }))
+    }
+
+    /// Where the target's pages are: the cached query while it is young and knows the pages
+    /// sampled this epoch, else a new one.
+    fn placement(&mut self, input: &EpochInput) -> Result<(Instant, TierPlacement), TargetError> {
+        match self.placement.take() {
+            Some((at, placement))
+                if at.elapsed() < PLACEMENT_MAX_AGE && knows_sampled_pages(&placement, input) =>
+            {
+                Ok((at, placement))
+            }
+            _ => Ok((
+                Instant::now(),
+                placement_of(&self.target, &self.spec.fast_nodes)?,
+            )),
+        }
+    }
+
+    /// The plan for the epoch ending at `now`. Observe mode plans against the placement its
+    /// earlier plans would have produced; the gauges, the hit ratio and the cached query keep
+    /// the real one.
+    fn plan(&mut self, now: Duration, placement: &TierPlacement) -> Plan {
+        let capacity = capacity_view(
+            &self.spec.root,
+            &self.spec.fast_nodes,
+            &self.spec.slow_nodes,
+            self.spec.exec.reserve_bytes,
+        );
+        let observing = self.observing() || self.spec.nodes.is_none();
+        if !observing {
+            // Migrating (again): what is real is what counts.
+            self.assumed.ranges.clear();
+        }
+        if observing && !self.assumed.ranges.is_empty() {
+            let view = AssumedView {
+                real: placement,
+                assumed: &self.assumed,
+            };
+            self.tiering.plan(now, &view, &capacity)
+        } else {
+            self.tiering.plan(now, placement, &capacity)
+        }
+    }
+
+    /// Observe mode: from now on the plans assume the plan's moves were made.
+    fn assume(&mut self, plan: &Plan) {
+        for planned in &plan.moves {
+            self.assumed.record(
+                planned.start,
+                planned.start + planned.len,
+                planned.direction == Direction::Promote,
+            );
+        }
+    }
+
+    fn execute(&mut self, plan: &Plan, nodes: TierNodes) -> Result<ExecReport, String> {
+        let requests = requests_from_plan(plan, nodes);
+        let mut backend =
+            KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
+        self.executor
+            .execute(&mut backend, &requests, Instant::now())
+            .map_err(|e| e.to_string())
+    }
+}
+
+/// The tiers' sizes and the free memory migrations may use: on each node, what is free above
+/// its zones' high watermark plus the executor's reserve (`[migration] reserve_bytes`), the
+/// floor the executor never moves pages below. Planning against raw free memory would plan
+/// promotions the executor then refuses, and never plan the demotions that would make room.
+fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32], reserve: u64) -> CapacityView {
+    let topology = Topology::read(root).ok();
+    let watermarks = memtide_host::exec::watermark::read_watermarks(root).unwrap_or_default();
+    capacity_from(topology.as_ref(), &watermarks, fast, slow, reserve)
+}
+
+pub(super) fn capacity_from(
+    topology: Option<&Topology>,
+    watermarks: &BTreeMap<u32, memtide_host::exec::watermark::NodeWatermarks>,
+    fast: &[u32],
+    slow: &[u32],
+    reserve: u64,
+) -> CapacityView {
+    let sum = |nodes: &[u32], free: bool| -> u64 {
+        nodes
+            .iter()
+            .filter_map(|id| topology?.node(*id))
+            .map(|node| {
+                if free {
+                    let floor = watermarks.get(&node.id).map_or(0, |w| w.high);
+                    node.free_bytes
+                        .saturating_sub(floor.saturating_add(reserve))
+                } else {
+                    node.memory_bytes
+                }
+            })
+            .sum()
+    };
+    CapacityView {
+        fast_total_bytes: sum(fast, false),
+        fast_free_bytes: sum(fast, true),
+        slow_total_bytes: sum(slow, false),
+        slow_free_bytes: sum(slow, true),
+        fast: memtide_core::policy::TierCost::default(),
+        slow: memtide_core::policy::TierCost::default(),
+    }
+}
+
+/// Queries where the target's migratable memory is.
+fn placement_of(target: &Target, fast_nodes: &[u32]) -> Result<TierPlacement, TargetError> {
+    let mut placement = TierPlacement::new(fast_nodes.to_vec());
+    let mut budget = MAX_QUERY_PAGES * PAGE_SIZE;
+    for mapping in target.maps()?.into_iter().filter(|m| m.is_migratable()) {
+        let len = (mapping.end - mapping.start).min(budget);
+        if len == 0 {
+            break;
+        }
+        placement.query(target, mapping.start, len)?;
+        budget -= len;
+    }
+    Ok(placement)
+}

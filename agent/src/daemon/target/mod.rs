@@ -1,0 +1,253 @@
+//! One task per managed process: inputs from the source in, the target's engine and planner,
+//! and at every epoch a plan that is executed (or, in observe mode, only assumed); what the
+//! epoch did is then published to metrics and status.
+//!
+//! - `epoch`: one epoch (placement, tier views, plan, execution) → an outcome;
+//! - `report`: the outcome → metrics and the target's `/status` row;
+//! - `views`: the epoch's accesses and hot set by tier; `observe`: observe mode's assumed moves.
+//!
+//! The epoch step does system calls (move_pages queries and moves) and can take milliseconds,
+//! so it runs on the blocking pool with the task's state moved in and back out: the async
+//! side never blocks, and the ingest path keeps draining while a target migrates.
+
+mod epoch;
+mod observe;
+mod report;
+#[cfg(test)]
+mod tests;
+mod views;
+
+use std::{
+    sync::{Arc, RwLock},
+    time::{Duration, Instant},
+};
+
+use memtide_common::{AccessKind, AccessSample};
+use memtide_core::{
+    engine::Sample,
+    tiering::{Tiering, TieringConfig},
+};
+use memtide_host::{
+    exec::{ExecConfig, Executor, TierNodes},
+    sysfs::HostRoot,
+    targets::{Target, placement::TierPlacement},
+};
+use tokio::sync::mpsc;
+
+use self::{epoch::EpochOutcome, observe::Assumed, views::EpochInput};
+use super::status::{AgentStatus, TargetStatus};
+use crate::{metrics::Metrics, sources::TargetInput};
+
+/// Sampled pages remembered per epoch for the hit ratio.
+const MAX_SAMPLED_PAGES: usize = 1 << 16;
+
+/// Why the agent only observes (`Some`), read by every target at each epoch.
+pub type ObserveSwitch = Arc<RwLock<Option<String>>>;
+
+/// Everything a target task needs to start.
+#[derive(Debug, Clone)]
+pub struct TargetSpec {
+    pub pid: u32,
+    /// The metrics label.
+    pub label: String,
+    pub tiering: TieringConfig,
+    pub exec: ExecConfig,
+    /// `Some(reason)`: plan but do not move. Shared by every target and the agent, so a
+    /// reload or a hotplug that turns observe mode on or off reaches running targets too.
+    pub observe: ObserveSwitch,
+    pub fast_nodes: Vec<u32>,
+    pub slow_nodes: Vec<u32>,
+    /// Where promotions and demotions go.
+    pub nodes: Option<TierNodes>,
+    pub root: HostRoot,
+}
+
+/// The state moved between the async loop and the blocking epoch step.
+struct State {
+    spec: TargetSpec,
+    target: Target,
+    tiering: Tiering,
+    executor: Executor,
+    status: TargetStatus,
+    /// The last placement query and when it ran.
+    placement: Option<(Instant, TierPlacement)>,
+    /// `untracked_samples` already counted in the metric.
+    untracked_published: u64,
+    /// Observe mode: where the plans so far would have put memory.
+    assumed: Assumed,
+}
+
+impl State {
+    fn observing(&self) -> bool {
+        match self.spec.observe.read() {
+            Ok(reason) => reason.is_some(),
+            // A writer panicked mid-update: err on the side of moving nothing.
+            Err(_) => true,
+        }
+    }
+
+    fn remember_error(&mut self, error: String) {
+        self.status.last_errors.push(error);
+        let excess = self.status.last_errors.len().saturating_sub(3);
+        self.status.last_errors.drain(..excess);
+    }
+
+    /// Takes one delivery from the source into the engine and the epoch's input.
+    fn take(&mut self, input: TargetInput, epoch: &mut EpochInput, now: Duration) {
+        match input {
+            TargetInput::Samples(batch) => {
+                let samples: Vec<Sample> = batch.iter().map(to_engine_sample).collect();
+                self.tiering.observe_samples(&samples, now);
+                self.status.samples += batch.len() as u64;
+                let room = MAX_SAMPLED_PAGES.saturating_sub(epoch.pages.len());
+                epoch.pages.extend(batch.iter().take(room).map(|s| s.addr));
+            }
+            TargetInput::Regions(regions) => {
+                // The latest report of each region stands for the epoch.
+                for region in &regions {
+                    if epoch.regions.len() < MAX_SAMPLED_PAGES
+                        || epoch.regions.contains_key(&region.start)
+                    {
+                        epoch.regions.insert(region.start, *region);
+                    }
+                }
+                self.status.samples += regions.len() as u64;
+                self.tiering.observe_damon(&regions, now);
+            }
+        }
+    }
+}
+
+/// A sample stands for `period` accesses: the BPF program stamps the sample period as its
+/// weight.
+fn to_engine_sample(sample: &AccessSample) -> Sample {
+    Sample {
+        addr: sample.addr,
+        kind: AccessKind::from_u8(sample.kind),
+        weight: u32::try_from(sample.weight).unwrap_or(u32::MAX).max(1),
+    }
+}
+
+/// Handle the main loop keeps for a running target task. The task ends once every sender of
+/// its input channel is gone (this one and the source's routes).
+#[derive(Debug)]
+pub struct TargetHandle {
+    /// Where the source delivers the target's samples or regions.
+    pub input: mpsc::Sender<TargetInput>,
+    pub task: tokio::task::JoinHandle<()>,
+}
+
+/// Opens the target and starts its task. `origin` is the agent's clock origin.
+pub fn spawn(
+    spec: TargetSpec,
+    queue: usize,
+    origin: Instant,
+    metrics: Metrics,
+    status: Arc<RwLock<AgentStatus>>,
+) -> Result<TargetHandle, String> {
+    let target = Target::open(spec.pid).map_err(|e| e.to_string())?;
+    let tiering = Tiering::new(spec.tiering.clone()).map_err(|e| e.to_string())?;
+    let executor = Executor::new(spec.exec.clone());
+    metrics.register_target(&spec.label);
+    let (input, input_rx) = mpsc::channel(queue.max(1));
+    let state = State {
+        status: TargetStatus {
+            target: spec.label.clone(),
+            pid: spec.pid,
+            ..TargetStatus::default()
+        },
+        spec,
+        target,
+        tiering,
+        executor,
+        placement: None,
+        untracked_published: 0,
+        assumed: Assumed::default(),
+    };
+    let task = tokio::spawn(run(state, input_rx, origin, metrics, status));
+    Ok(TargetHandle { input, task })
+}
+
+fn publish(status: &RwLock<AgentStatus>, target: &TargetStatus) {
+    let mut agent = match status.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    match agent.targets.iter_mut().find(|t| t.pid == target.pid) {
+        Some(row) => *row = target.clone(),
+        None => {
+            agent.targets.push(target.clone());
+            agent.targets.sort_by(|a, b| a.target.cmp(&b.target));
+        }
+    }
+}
+
+fn unpublish(status: &RwLock<AgentStatus>, pid: u32) {
+    let mut agent = match status.write() {
+        Ok(guard) => guard,
+        Err(poisoned) => poisoned.into_inner(),
+    };
+    agent.targets.retain(|t| t.pid != pid);
+}
+
+/// The target's task: inputs until each epoch is due, then the epoch on the blocking pool.
+async fn run(
+    mut state: State,
+    mut inputs: mpsc::Receiver<TargetInput>,
+    origin: Instant,
+    metrics: Metrics,
+    status: Arc<RwLock<AgentStatus>>,
+) {
+    let pid = state.spec.pid;
+    let mut epoch_input = EpochInput::default();
+    publish(&status, &state.status);
+    // The first plan comes one epoch after the target was found, not after agent start.
+    let first_plan = origin.elapsed() + state.tiering.epoch();
+    // An epoch step that fails before planning must still wait an epoch before the next try.
+    let mut last_step: Option<Duration> = None;
+    loop {
+        let due = state.tiering.next_plan_at().unwrap_or(first_plan);
+        let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
+        let next_plan = origin + due;
+        tokio::select! {
+            input = inputs.recv() => {
+                let Some(input) = input else {
+                    tracing::debug!(pid, "input channel closed");
+                    break;
+                };
+                state.take(input, &mut epoch_input, origin.elapsed());
+            }
+            () = tokio::time::sleep_until(next_plan.into()) => {
+                let now = origin.elapsed();
+                last_step = Some(now);
+                state.tiering.tick(now);
+                let seen = std::mem::take(&mut epoch_input);
+                let step_metrics = metrics.clone();
+                let joined = tokio::task::spawn_blocking(move || {
+                    let outcome = state.epoch(now, &seen);
+                    state.report(&outcome, &step_metrics);
+                    (state, outcome, seen)
+                })
+                .await;
+                let Ok((returned, outcome, mut reused)) = joined else {
+                    tracing::error!(pid, "epoch step panicked; dropping the target");
+                    unpublish(&status, pid);
+                    return;
+                };
+                state = returned;
+                reused.pages.clear();
+                reused.regions.clear();
+                epoch_input = reused;
+                publish(&status, &state.status);
+                if matches!(outcome, EpochOutcome::Exited { .. }) {
+                    tracing::info!(pid, target = %state.spec.label, "target exited");
+                    break;
+                }
+            }
+        }
+    }
+    unpublish(&status, pid);
+    // Gauges of a gone process would otherwise report its last values forever; counters stay
+    // (their totals remain true).
+    metrics.forget_target(&state.spec.label);
+}

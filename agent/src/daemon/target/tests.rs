@@ -1,0 +1,298 @@
+//! The target task's pure parts: tier views, observe mode's assumed moves, capacity, page
+//! counts, sample weights.
+
+use std::collections::BTreeMap;
+
+use memtide_core::{
+    engine::DamonObservation,
+    policy::PlacementView,
+    units::{PAGE_SIZE as PAGE, Tier},
+};
+use memtide_host::{
+    exec::{DirectionReport, ExecReport},
+    topology::Topology,
+};
+
+use super::{
+    epoch::capacity_from,
+    observe::AssumedView,
+    report::{count_pages, publish_migration},
+    views::{damon_view, knows_sampled_pages, sample_view, sampled_hot_set},
+    *,
+};
+
+#[test]
+fn hot_set_is_the_smallest_hottest_cover() {
+    // Page 0x1000 sampled 6 times, 0x2000 3 times, 0x3000 once: 70 % of 10 is 7 samples,
+    // which the two hottest pages cover.
+    let mut sampled = vec![0x1000; 6];
+    sampled.extend([0x2008; 3]);
+    sampled.push(0x3010);
+    assert_eq!(sampled_hot_set(&sampled, 0.7), [0x1000, 0x2000]);
+    assert_eq!(sampled_hot_set(&sampled, 0.5), [0x1000]);
+    assert_eq!(sampled_hot_set(&sampled, 1.0).len(), 3);
+    assert!(sampled_hot_set(&[], 0.7).is_empty());
+}
+
+fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
+    use memtide_host::sys::mempolicy::PageStatus;
+    let mut placement = TierPlacement::new(vec![0]);
+    for (ranges, node) in [(fast, 0), (slow, 1)] {
+        for &(start, pages) in ranges {
+            placement.insert(
+                start,
+                vec![PageStatus::Node(node); usize::try_from(pages).unwrap()],
+            );
+        }
+    }
+    placement
+}
+
+#[test]
+fn a_cached_placement_that_misses_the_sampled_pages_is_queried_again() {
+    let placement = placement(&[(0x10_0000, 16)], &[]);
+    let input = |pages: &[u64]| EpochInput {
+        pages: pages.to_vec(),
+        regions: BTreeMap::new(),
+    };
+    assert!(knows_sampled_pages(
+        &placement,
+        &input(&[0x10_0010, 0x10_1000, 0x90_0000])
+    ));
+    assert!(
+        !knows_sampled_pages(&placement, &input(&[0x10_0010, 0x90_0000, 0x90_1000])),
+        "most samples fall on pages the view has never seen"
+    );
+    assert!(
+        knows_sampled_pages(&placement, &input(&[])),
+        "no samples: keep it"
+    );
+}
+
+#[test]
+fn damon_regions_split_accesses_and_hot_bytes_by_tier() {
+    // A hot 64-page region on the fast node, a cold 512-page region on the slow node.
+    let placement = placement(&[(0x10_0000, 64)], &[(0x20_0000, 512)]);
+    let regions = [
+        DamonObservation {
+            start: 0x10_0000,
+            end: 0x10_0000 + 64 * PAGE,
+            nr_accesses: 10,
+            max_nr_accesses: 20,
+            age: 1,
+        },
+        DamonObservation {
+            start: 0x20_0000,
+            end: 0x20_0000 + 512 * PAGE,
+            nr_accesses: 0,
+            max_nr_accesses: 20,
+            age: 9,
+        },
+    ];
+    let view = damon_view(regions.iter(), &placement, 0.7);
+    assert_eq!(view.fast_accesses, 640);
+    assert_eq!(view.slow_accesses, 0);
+    assert_eq!(
+        view.hot_fast_bytes,
+        64 * PAGE,
+        "only the accessed region is hot"
+    );
+    assert_eq!(view.hot_slow_bytes, 0);
+}
+
+#[test]
+fn sampled_pages_count_by_tier() {
+    let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
+    let view = sample_view(&[0x1000, 0x1008, 0x2000, 0x9000], &placement, 1.0);
+    assert_eq!((view.fast_accesses, view.slow_accesses), (2, 1));
+    assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (PAGE, PAGE));
+}
+
+#[test]
+fn assumed_moves_replace_overlaps_and_merge_neighbours() {
+    let mut assumed = Assumed::default();
+    assumed.record(0x1000, 0x5000, true);
+    assumed.record(0x5000, 0x6000, true);
+    assert_eq!(assumed.ranges, BTreeMap::from([(0x1000, (0x6000, true))]));
+    // A demotion in the middle cuts the promoted range in three.
+    assumed.record(0x2000, 0x3000, false);
+    assert_eq!(
+        assumed.ranges,
+        BTreeMap::from([
+            (0x1000, (0x2000, true)),
+            (0x2000, (0x3000, false)),
+            (0x3000, (0x6000, true)),
+        ])
+    );
+    // Promoting it again (and beyond) merges everything back into one range.
+    assumed.record(0x2000, 0x7000, true);
+    assert_eq!(assumed.ranges, BTreeMap::from([(0x1000, (0x7000, true))]));
+    assumed.record(0x0, 0x8000, false);
+    assert_eq!(assumed.ranges, BTreeMap::from([(0x0, (0x8000, false))]));
+    assumed.record(0x9000, 0x9000, true);
+    assert_eq!(assumed.ranges.len(), 1, "empty ranges are ignored");
+}
+
+#[test]
+fn observe_mode_plans_against_the_moves_it_assumed() {
+    // Two superpages: the first on the slow node (1) with page 3 not resident, the second
+    // on the fast node (0). Assumed: pages 1..4 of the first promoted, the first half of
+    // the second demoted.
+    let sp = 0x20_0000;
+    let real = placement(&[(sp + 0x20_0000, 512)], &[(sp, 3), (sp + 4 * PAGE, 508)]);
+    let mut assumed = Assumed::default();
+    assumed.record(sp + PAGE, sp + 4 * PAGE, true);
+    assumed.record(sp + 0x20_0000, sp + 0x30_0000, false);
+    let view = AssumedView {
+        real: &real,
+        assumed: &assumed,
+    };
+    assert_eq!(view.tier_of(sp), Some(Tier::Slow));
+    assert_eq!(view.tier_of(sp + PAGE), Some(Tier::Fast));
+    assert_eq!(view.tier_of(sp + 2 * PAGE), Some(Tier::Fast));
+    assert_eq!(view.tier_of(sp + 4 * PAGE), Some(Tier::Slow));
+    let first = view.residency(sp);
+    assert_eq!((first.fast_pages(), first.slow_pages()), (2, 509));
+    let second = view.residency(sp + 0x20_0000);
+    assert_eq!((second.fast_pages(), second.slow_pages()), (256, 256));
+    // The real placement is untouched.
+    assert_eq!(real.is_fast(sp + PAGE), Some(false));
+    let mut fast = Vec::new();
+    view.for_each_fast_range(&mut |start, len| fast.push((start, len)));
+    assert_eq!(
+        fast,
+        vec![(sp + PAGE, 2 * PAGE), (sp + 0x30_0000, 0x10_0000)],
+        "assumed-promoted resident pages plus the fast half not assumed demoted"
+    );
+}
+
+#[test]
+fn free_memory_counts_above_the_executors_floor_only() {
+    use memtide_host::{exec::watermark::NodeWatermarks, topology::Node};
+    let node = |id, free_mib: u64| Node {
+        id,
+        cpus: Vec::new(),
+        memory_bytes: 1 << 30,
+        free_bytes: free_mib << 20,
+        tier: None,
+    };
+    let topology = Topology {
+        nodes: vec![node(0, 100), node(1, 900)],
+        tiers: Vec::new(),
+        numa_sysfs: true,
+    };
+    let marks = |high_mib: u64| NodeWatermarks {
+        min: 0,
+        low: 0,
+        high: high_mib << 20,
+    };
+    let watermarks = BTreeMap::from([(0, marks(10)), (1, marks(10))]);
+    let view = capacity_from(Some(&topology), &watermarks, &[0], &[1], 64 << 20);
+    assert_eq!(view.fast_total_bytes, 1 << 30);
+    // 100 MiB free, 10 MiB high watermark, 64 MiB reserve: 26 MiB usable.
+    assert_eq!(view.fast_free_bytes, 26 << 20);
+    assert_eq!(view.slow_free_bytes, 826 << 20);
+    // Below the floor there is no room at all (not a wrapped-around huge number).
+    let tight = capacity_from(Some(&topology), &watermarks, &[0], &[1], 128 << 20);
+    assert_eq!(tight.fast_free_bytes, 0);
+    assert_eq!(
+        capacity_from(None, &watermarks, &[0], &[1], 0).fast_total_bytes,
+        0
+    );
+}
+
+/// Prometheus text of `metrics`, and the value of the first line containing every needle.
+fn scrape(registry: &prometheus_client::registry::Registry) -> impl Fn(&[&str]) -> Option<String> {
+    let mut text = String::new();
+    prometheus_client::encoding::text::encode(&mut text, registry).unwrap();
+    move |needles: &[&str]| {
+        text.lines()
+            .find(|line| needles.iter().all(|needle| line.contains(needle)))
+            .and_then(|line| line.rsplit(' ').next())
+            .map(str::to_owned)
+    }
+}
+
+#[test]
+fn pages_left_by_an_exit_are_counted_as_target_exited() {
+    let (metrics, registry) = Metrics::new();
+    let side = DirectionReport {
+        pages_moved: 7,
+        failures: BTreeMap::from([("ebusy", 2)]),
+        aborted_pages: 5,
+        ..DirectionReport::default()
+    };
+    count_pages(&metrics, "w:1", "promote", &side, true);
+    let value = scrape(&registry);
+    assert_eq!(
+        value(&["memtide_migration_failures_total{reason=\"target_exited\"}"]).as_deref(),
+        Some("5")
+    );
+    assert_eq!(value(&["result=\"target_exited\""]).as_deref(), Some("5"));
+    assert_eq!(value(&["result=\"moved\""]).as_deref(), Some("7"));
+    assert_eq!(value(&["reason=\"ebusy\""]).as_deref(), Some("2"));
+}
+
+/// A swap: two 64 KiB chunks promoted (one of them only half), a whole superpage and a 4 KiB
+/// run demoted. Bytes are counted where they moved, by the granularity they were asked at; no
+/// share of one direction leaks into the other.
+#[test]
+fn migrated_bytes_and_pages_are_counted_per_direction() {
+    let (metrics, registry) = Metrics::new();
+    let report = ExecReport {
+        promote: DirectionReport {
+            pages_moved: 24,
+            moved_by_granularity: BTreeMap::from([(64 << 10, 24)]),
+            failures: BTreeMap::from([("ebusy", 8)]),
+            ..DirectionReport::default()
+        },
+        demote: DirectionReport {
+            pages_moved: 512 + 3,
+            moved_by_granularity: BTreeMap::from([(2 << 20, 512), (4096, 3)]),
+            ..DirectionReport::default()
+        },
+        ..ExecReport::default()
+    };
+    let [promoted, demoted] = publish_migration(&metrics, "w:1", &report);
+    assert_eq!((promoted, demoted), (24 * PAGE, 515 * PAGE));
+    let value = scrape(&registry);
+    let bytes = |direction: &str, granularity: &str| {
+        value(&[
+            "memtide_migrated_bytes_total{",
+            &format!("direction=\"{direction}\""),
+            &format!("granularity=\"{granularity}\""),
+        ])
+    };
+    assert_eq!(bytes("promote", "64k").as_deref(), Some("98304"));
+    assert_eq!(bytes("demote", "2m").as_deref(), Some("2097152"));
+    assert_eq!(bytes("demote", "4k").as_deref(), Some("12288"));
+    assert_eq!(bytes("promote", "2m"), None);
+    let pages = |direction: &str, result: &str| {
+        value(&[
+            "memtide_migration_pages_total{",
+            &format!("direction=\"{direction}\""),
+            &format!("result=\"{result}\""),
+        ])
+    };
+    assert_eq!(pages("promote", "moved").as_deref(), Some("24"));
+    assert_eq!(pages("promote", "ebusy").as_deref(), Some("8"));
+    assert_eq!(pages("demote", "moved").as_deref(), Some("515"));
+    assert_eq!(pages("demote", "ebusy"), None);
+}
+
+#[test]
+fn a_sample_weighs_its_period() {
+    let sample = AccessSample {
+        addr: 0x7000,
+        weight: 4,
+        pid: 1,
+        tid: 1,
+        cpu: 0,
+        kind: AccessKind::Store as u8,
+        source: 0,
+        _pad: [0; 2],
+    };
+    let engine_sample = to_engine_sample(&sample);
+    assert_eq!(engine_sample.weight, 4);
+    assert_eq!(engine_sample.kind, AccessKind::Store);
+}

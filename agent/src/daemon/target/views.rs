@@ -1,0 +1,185 @@
+//! What a target's epoch saw, by tier: the sampled accesses (the fast-tier hit ratio) and the hot
+//! set (Rainbow's 70 % cover), from per-access samples or from DAMON's regions.
+
+use std::collections::BTreeMap;
+
+use memtide_core::{engine::DamonObservation, units::PAGE_SIZE};
+use memtide_host::targets::placement::{NodeCounts, TierPlacement};
+
+/// What a target saw between two epochs.
+#[derive(Debug, Default)]
+pub(super) struct EpochInput {
+    /// Addresses of sampled accesses (per-access sources).
+    pub(super) pages: Vec<u64>,
+    /// The latest DAMON report per region start (DAMON).
+    pub(super) regions: BTreeMap<u64, DamonObservation>,
+}
+
+/// The smallest set of distinct pages, hottest first, covering `coverage` of the epoch's
+/// samples (Rainbow's hot-set definition), as page addresses.
+pub(super) fn sampled_hot_set(sampled: &[u64], coverage: f64) -> Vec<u64> {
+    let mut pages: Vec<u64> = sampled.iter().map(|addr| addr & !(PAGE_SIZE - 1)).collect();
+    pages.sort_unstable();
+    let mut counts: Vec<(u64, u64)> = Vec::new();
+    for page in pages {
+        match counts.last_mut() {
+            Some((last, count)) if *last == page => *count += 1,
+            _ => counts.push((page, 1)),
+        }
+    }
+    counts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of a sample count"
+    )]
+    let goal = (sampled.len() as f64 * coverage).ceil() as u64;
+    let mut covered = 0;
+    counts
+        .into_iter()
+        .take_while(|(_, count)| {
+            let take = covered < goal;
+            covered += count;
+            take
+        })
+        .map(|(page, _)| page)
+        .collect()
+}
+
+pub(super) fn bytes_on(counts: &NodeCounts, nodes: &[u32]) -> u64 {
+    nodes.iter().map(|&node| counts.on(node)).sum::<u64>() * PAGE_SIZE
+}
+
+/// Sampled accesses and the hot set, by the tier their pages are on.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(super) struct TierView {
+    pub(super) fast_accesses: u64,
+    pub(super) slow_accesses: u64,
+    pub(super) hot_fast_bytes: u64,
+    pub(super) hot_slow_bytes: u64,
+}
+
+pub(super) fn sample_view(sampled: &[u64], placement: &TierPlacement, coverage: f64) -> TierView {
+    let mut view = TierView::default();
+    for &addr in sampled {
+        match placement.is_fast(addr & !(PAGE_SIZE - 1)) {
+            Some(true) => view.fast_accesses += 1,
+            Some(false) => view.slow_accesses += 1,
+            None => {}
+        }
+    }
+    for page in sampled_hot_set(sampled, coverage) {
+        match placement.is_fast(page) {
+            Some(false) => view.hot_slow_bytes += PAGE_SIZE,
+            // Not resident any more counts where it was sampled: fast is the optimistic guess
+            // only when the page is known fast; unknown pages are left out.
+            Some(true) => view.hot_fast_bytes += PAGE_SIZE,
+            None => {}
+        }
+    }
+    view
+}
+
+/// DAMON reports regions, not pages: each region's accesses (`nr_accesses` × pages) are split
+/// by the share of its resident pages on each tier (checked on up to 256 pages per region),
+/// and the hot set is the smallest set of regions, hottest first, covering `coverage` of all
+/// accesses.
+pub(super) fn damon_view<'a>(
+    regions: impl Iterator<Item = &'a DamonObservation>,
+    placement: &TierPlacement,
+    coverage: f64,
+) -> TierView {
+    let mut weighted: Vec<(u32, u64, u64, f64)> = Vec::new();
+    for region in regions {
+        let pages = region.end.saturating_sub(region.start) / PAGE_SIZE;
+        if pages == 0 {
+            continue;
+        }
+        let step = (pages / 256).max(1);
+        let (mut fast, mut resident) = (0u64, 0u64);
+        let mut page = 0;
+        while page < pages {
+            match placement.is_fast(region.start + page * PAGE_SIZE) {
+                Some(true) => {
+                    fast += 1;
+                    resident += 1;
+                }
+                Some(false) => resident += 1,
+                None => {}
+            }
+            page += step;
+        }
+        if resident == 0 {
+            continue;
+        }
+        #[expect(clippy::cast_precision_loss, reason = "a share of page counts")]
+        let fast_share = fast as f64 / resident as f64;
+        weighted.push((region.nr_accesses, region.start, pages, fast_share));
+    }
+    let mut view = TierView::default();
+    let mut total = 0u64;
+    for &(accesses, _, pages, share) in &weighted {
+        let weight = u64::from(accesses) * pages;
+        total += weight;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "splitting an access count by a share in [0, 1]"
+        )]
+        let fast = (weight as f64 * share).round() as u64;
+        view.fast_accesses += fast;
+        view.slow_accesses += weight - fast.min(weight);
+    }
+    weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+    #[expect(
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss,
+        clippy::cast_precision_loss,
+        reason = "a share of an access count"
+    )]
+    let goal = (total as f64 * coverage).ceil() as u64;
+    let mut covered = 0u64;
+    for (accesses, _, pages, share) in weighted {
+        if covered >= goal || accesses == 0 {
+            break;
+        }
+        covered += u64::from(accesses) * pages;
+        let bytes = pages * PAGE_SIZE;
+        #[expect(
+            clippy::cast_possible_truncation,
+            clippy::cast_sign_loss,
+            clippy::cast_precision_loss,
+            reason = "splitting bytes by a share in [0, 1]"
+        )]
+        let fast = (bytes as f64 * share).round() as u64;
+        view.hot_fast_bytes += fast;
+        view.hot_slow_bytes += bytes - fast.min(bytes);
+    }
+    view
+}
+
+/// The epoch's accesses and hot set by tier, from whichever kind of input the source gave.
+pub(super) fn tier_view(input: &EpochInput, placement: &TierPlacement, coverage: f64) -> TierView {
+    if input.regions.is_empty() {
+        sample_view(&input.pages, placement, coverage)
+    } else {
+        damon_view(input.regions.values(), placement, coverage)
+    }
+}
+
+/// Whether a cached placement still describes most of the pages sampled this epoch. Pages it
+/// does not know were absent at the query (discarded, not yet faulted in, newly mapped): a view
+/// that misses them would report no hot bytes until the cache expires.
+pub(super) fn knows_sampled_pages(placement: &TierPlacement, input: &EpochInput) -> bool {
+    const CHECKED: usize = 256;
+    let checked = input.pages.iter().take(CHECKED);
+    let (known, total) = checked.fold((0usize, 0usize), |(known, total), &page| {
+        (
+            known + usize::from(placement.node_of(page & !(PAGE_SIZE - 1)).is_some()),
+            total + 1,
+        )
+    });
+    known * 2 >= total
+}

@@ -1,0 +1,362 @@
+//! The daemon's tests that need no privileges.
+
+use std::path::Path;
+
+use memtide_config::Config;
+use memtide_host::{
+    probe::SourceKind,
+    topology::tiering::{HotplugWatch, TierOverride},
+};
+
+use super::{
+    agent::{SourceUpdate, reread_after_hotplug, source_update},
+    config::observe_reason,
+    *,
+};
+
+fn copy_tree(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_tree(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+/// The slow node of a DRAM + CXL machine goes offline under the agent: the hotplug check
+/// re-reads the tiers, finds nothing left to migrate to and turns migration off; when the
+/// node files vanish altogether the error names the file and the last tiers stay.
+#[test]
+fn a_slow_node_going_offline_turns_migration_off() {
+    let dir = tempfile::tempdir().unwrap();
+    copy_tree(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cxl-cpuless"),
+        dir.path(),
+    );
+    let root = HostRoot::new(dir.path());
+    let over = TierOverride::default();
+    let config = Config {
+        targets: memtide_config::TargetsConfig {
+            pids: vec![1],
+            ..memtide_config::TargetsConfig::default()
+        },
+        ..Config::default()
+    };
+    let mut watch = HotplugWatch::new();
+    let before = reread_after_hotplug(&mut watch, &root, &over)
+        .expect("first check reads")
+        .unwrap();
+    assert_eq!(before.classes.slow, vec![2]);
+    assert_eq!(observe_reason(&config, &before), None);
+    assert!(reread_after_hotplug(&mut watch, &root, &over).is_none());
+
+    let node = dir.path().join("sys/devices/system/node");
+    std::fs::write(node.join("online"), "0-1\n").unwrap();
+    std::fs::write(node.join("has_memory"), "0-1\n").unwrap();
+    std::fs::remove_dir_all(node.join("node2")).unwrap();
+    std::fs::write(node.join("node0/distance"), "10 21\n").unwrap();
+    std::fs::write(node.join("node1/distance"), "21 10\n").unwrap();
+    std::fs::remove_dir_all(
+        dir.path()
+            .join("sys/devices/virtual/memory_tiering/memory_tier22"),
+    )
+    .unwrap();
+    let after = reread_after_hotplug(&mut watch, &root, &over)
+        .expect("the change is seen")
+        .unwrap();
+    assert!(after.classes.slow.is_empty(), "{:?}", after.classes);
+    assert!(
+        observe_reason(&config, &after).is_some_and(|reason| reason.contains("no slow tier")),
+        "{:?}",
+        observe_reason(&config, &after)
+    );
+
+    std::fs::remove_dir_all(node.join("node1")).unwrap();
+    std::fs::write(node.join("online"), "0,1\n").unwrap();
+    std::fs::write(node.join("has_memory"), "0\n").unwrap();
+    let error = reread_after_hotplug(&mut watch, &root, &over)
+        .expect("the change is seen")
+        .unwrap_err();
+    assert!(error.to_string().contains("node1"), "{error}");
+}
+
+#[test]
+fn damon_restarts_on_a_changed_target_list_other_sources_update_it() {
+    let damon = SourceKind::Damon;
+    assert_eq!(
+        source_update(damon, &[1, 2], &[1, 2]),
+        SourceUpdate::Unchanged
+    );
+    assert_eq!(source_update(damon, &[1], &[1, 2]), SourceUpdate::Restart);
+    assert_eq!(
+        source_update(damon, &[1, 2], &[1, 3]),
+        SourceUpdate::Restart
+    );
+    assert_eq!(source_update(damon, &[1, 2], &[1]), SourceUpdate::Restart);
+    // Nothing running yet, or nothing left to watch: a plain update starts or stops it.
+    assert_eq!(source_update(damon, &[], &[4]), SourceUpdate::Set);
+    assert_eq!(source_update(damon, &[4], &[]), SourceUpdate::Set);
+    let swfault = SourceKind::SwFault;
+    assert_eq!(source_update(swfault, &[1], &[1, 2]), SourceUpdate::Set);
+    assert_eq!(source_update(swfault, &[1], &[1]), SourceUpdate::Unchanged);
+}
+
+/// The daemon against a fake source, as any user can run it: a machine tree with two tiers
+/// (DRAM and a CPU-less CXL node) whose `proc` is the real one, so its targets are real child
+/// processes, and an agent listening on a free loopback port.
+mod with_a_fake_source {
+    use std::{
+        io::{Read as _, Write as _},
+        net::TcpStream,
+        os::unix::fs::symlink,
+        process::{Child, Command},
+        sync::atomic::Ordering,
+        time::{Duration, Instant},
+    };
+
+    use memtide_common::{AccessKind, AccessSample, SampleSource};
+
+    use super::{super::*, Path, copy_tree};
+    use crate::sources::fake::{FakeControl, FakeSources};
+
+    struct Machine {
+        dir: tempfile::TempDir,
+        config: PathBuf,
+    }
+
+    impl Machine {
+        fn new(config: &str) -> Self {
+            let dir = tempfile::tempdir().unwrap();
+            copy_tree(
+                &Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("tests/fixtures/topology/cxl-cpuless/sys"),
+                &dir.path().join("sys"),
+            );
+            symlink("/proc", dir.path().join("proc")).unwrap();
+            let machine = Self {
+                config: dir.path().join("memtide.toml"),
+                dir,
+            };
+            machine.configure(config);
+            machine
+        }
+
+        /// Rewrites the configuration file (the agent reads it at start and on reload).
+        fn configure(&self, config: &str) {
+            let text = format!("[agent]\nlisten = \"127.0.0.1:0\"\n{config}");
+            std::fs::write(&self.config, text).unwrap();
+        }
+
+        async fn start(&self) -> (Daemon, FakeControl) {
+            let (sources, control) = FakeSources::new();
+            let env = Environment {
+                root: HostRoot::new(self.dir.path()),
+                sources: Arc::new(sources),
+            };
+            let options = RunOptions {
+                config: Some(self.config.clone()),
+                ..RunOptions::default()
+            };
+            let daemon = Daemon::start(options, env).await.expect("the agent starts");
+            (daemon, control)
+        }
+    }
+
+    /// A child process that sleeps until killed (and is reaped when dropped).
+    struct Sleeper(Child);
+
+    impl Sleeper {
+        fn spawn() -> Self {
+            Self(
+                Command::new("sleep")
+                    .arg("600")
+                    .spawn()
+                    .expect("spawn sleep"),
+            )
+        }
+
+        fn pid(&self) -> u32 {
+            self.0.id()
+        }
+    }
+
+    impl Drop for Sleeper {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+
+    /// Polls `condition` for up to 20 s (the agent re-resolves targets every second).
+    async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !condition() {
+            assert!(Instant::now() < deadline, "timed out waiting for {what}");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn target_pids(daemon: &Daemon) -> Vec<u32> {
+        let mut pids: Vec<u32> = daemon.status().targets.iter().map(|t| t.pid).collect();
+        pids.sort_unstable();
+        pids
+    }
+
+    fn sorted(mut pids: Vec<u32>) -> Vec<u32> {
+        pids.sort_unstable();
+        pids
+    }
+
+    /// `/metrics` of the agent, over plain HTTP/1.0.
+    fn metrics(daemon: &Daemon) -> String {
+        let mut stream = TcpStream::connect(daemon.address()).expect("connect");
+        stream
+            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
+            .unwrap();
+        let mut body = String::new();
+        stream.read_to_string(&mut body).unwrap();
+        body
+    }
+
+    fn metric(text: &str, needles: &[&str]) -> Option<f64> {
+        text.lines()
+            .filter(|line| !line.starts_with('#'))
+            .find(|line| needles.iter().all(|needle| line.contains(needle)))
+            .and_then(|line| line.rsplit(' ').next()?.parse().ok())
+    }
+
+    fn sample(pid: u32, addr: u64) -> AccessSample {
+        AccessSample {
+            addr,
+            weight: 1,
+            pid,
+            tid: pid,
+            cpu: 0,
+            kind: AccessKind::Load as u8,
+            source: SampleSource::SwFault as u8,
+            _pad: [0; 2],
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_reload_changes_targets_and_observe_mode_and_a_broken_file_changes_nothing() {
+        let (a, b) = (Sleeper::spawn(), Sleeper::spawn());
+        let machine = Machine::new(&format!("[targets]\npids = [{}]\n", a.pid()));
+        let (daemon, source) = machine.start().await;
+        eventually("the first target", || target_pids(&daemon) == [a.pid()]).await;
+        assert_eq!(source.last_targets(), Some(vec![a.pid()]));
+        assert_eq!(daemon.status().observe_reason, None, "two tiers: migrating");
+
+        machine.configure(&format!(
+            "[agent]\nobserve = true\n[targets]\npids = [{}, {}]\n",
+            a.pid(),
+            b.pid()
+        ));
+        // The [agent] table twice is a TOML error: this file is broken.
+        daemon.send(Control::Reload);
+        tokio::time::sleep(Duration::from_secs(3)).await;
+        assert_eq!(
+            target_pids(&daemon),
+            [a.pid()],
+            "a broken file changes nothing"
+        );
+        assert_eq!(daemon.status().observe_reason, None);
+
+        std::fs::write(
+            &machine.config,
+            format!(
+                "[agent]\nlisten = \"127.0.0.1:0\"\nobserve = true\n[targets]\npids = [{}, {}]\n",
+                a.pid(),
+                b.pid()
+            ),
+        )
+        .unwrap();
+        daemon.send(Control::Reload);
+        let both = sorted(vec![a.pid(), b.pid()]);
+        eventually("both targets", || target_pids(&daemon) == both).await;
+        eventually("the source told", || {
+            source.last_targets().map(sorted) == Some(both.clone())
+        })
+        .await;
+        let reason = daemon.status().observe_reason.unwrap_or_default();
+        assert!(reason.contains("observe mode"), "{reason:?}");
+        daemon.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_source_stopped_from_outside_is_started_again_and_counted() {
+        let a = Sleeper::spawn();
+        let machine = Machine::new(&format!("[targets]\npids = [{}]\n", a.pid()));
+        let (daemon, source) = machine.start().await;
+        eventually("the target", || target_pids(&daemon) == [a.pid()]).await;
+        let lists_before = source.target_lists.lock().unwrap().len();
+        source.stopped.store(true, Ordering::Relaxed);
+        eventually("the restart", || !source.stopped.load(Ordering::Relaxed)).await;
+        let lists = source.target_lists.lock().unwrap().clone();
+        assert_eq!(
+            &lists[lists_before..],
+            [vec![], vec![a.pid()]],
+            "stopped, then started with the same targets"
+        );
+        let text = metrics(&daemon);
+        assert_eq!(
+            metric(
+                &text,
+                &["memtide_source_restarts_total{", "stopped_externally"]
+            ),
+            Some(1.0),
+            "{text}"
+        );
+        daemon.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn targets_come_and_go_and_their_samples_follow_them() {
+        let (a, b) = (Sleeper::spawn(), Sleeper::spawn());
+        let machine = Machine::new(&format!("[targets]\npids = [{}, {}]\n", a.pid(), b.pid()));
+        let (daemon, source) = machine.start().await;
+        let both = sorted(vec![a.pid(), b.pid()]);
+        eventually("both targets", || target_pids(&daemon) == both).await;
+
+        // Samples reach their own target through the route the agent gave the source.
+        for i in 0..100 {
+            source
+                .ring
+                .send(sample(a.pid(), 0x7f00_0000_0000 + i * 4096))
+                .unwrap();
+        }
+        let samples_of = |pid: u32| {
+            daemon
+                .status()
+                .targets
+                .iter()
+                .find(|t| t.pid == pid)
+                .map_or(0, |t| t.samples)
+        };
+        eventually("a's samples", || samples_of(a.pid()) == 100).await;
+        assert_eq!(samples_of(b.pid()), 0);
+
+        // b exits: its task ends, its route goes, the source stops watching it; a sample that
+        // still comes for it has no target and is counted as such.
+        let gone = b.pid();
+        drop(b);
+        eventually("b gone", || target_pids(&daemon) == [a.pid()]).await;
+        eventually("the source told", || {
+            source.last_targets() == Some(vec![a.pid()])
+        })
+        .await;
+        source.ring.send(sample(gone, 0x7f00_0000_0000)).unwrap();
+        eventually("the sample counted as unrouted", || {
+            metric(
+                &metrics(&daemon),
+                &["memtide_samples_dropped_total{", "unrouted"],
+            ) == Some(1.0)
+        })
+        .await;
+        daemon.stop().await;
+    }
+}

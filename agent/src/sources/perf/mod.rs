@@ -1,0 +1,336 @@
+//! Perf-event sources: Intel PEBS and AMD IBS (sampled data addresses from the PMU) and software
+//! page faults (everywhere, coarse), all through one BPF `perf_event` program that filters by
+//! target and writes [`memtide_common::AccessSample`]s into a ring ([`ring`]).
+//!
+//! [`perf_spec_for`] turns a source kind and what the machine offers into the events to open and
+//! their periods, chosen from the CPU budget ([`budget`]); [`rate`] adjusts the periods at run
+//! time; [`sampler`] opens the events and owns the BPF program.
+
+pub mod budget;
+pub mod ibs;
+pub mod pebs;
+pub mod rate;
+pub mod ring;
+pub mod sampler;
+pub mod swfault;
+
+use std::collections::BTreeMap;
+
+use memtide_host::{
+    probe::{SourceKind, pmu::PmuScan},
+    sysfs::HostRoot,
+};
+use serde::Serialize;
+
+use self::{
+    budget::{BudgetError, EventLoad, KernelLimits, PeriodChoice, PeriodRule, SamplingBudget},
+    sampler::{Sampler, SamplerSpec},
+};
+use super::{Delivery, HotnessSource, RateBudget, SourceError};
+use crate::bpf::ProgramStats;
+
+/// Expected event rates per busy CPU, used to size sample periods against the budget. They are
+/// deliberately on the high side: an overestimate only lowers the sample rate.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
+pub struct ExpectedRates {
+    /// Loads slower than the `ldlat` threshold (about the L2 misses of a memory-bound core).
+    pub pebs_loads_per_sec: f64,
+    /// Retired stores (PEBS store events have no latency filter).
+    pub pebs_stores_per_sec: f64,
+    /// Dispatched ops (IBS counts ops with `cnt_ctl=1`).
+    pub ibs_ops_per_sec: f64,
+    /// Fraction of ops that pass `l3missonly` (L3-missing loads and stores; ~10-20 misses per
+    /// thousand ops on memory-bound code).
+    pub ibs_l3_miss_fraction: f64,
+    /// Page faults.
+    pub page_faults_per_sec: f64,
+}
+
+impl Default for ExpectedRates {
+    fn default() -> Self {
+        Self {
+            pebs_loads_per_sec: 2e7,
+            pebs_stores_per_sec: 5e8,
+            ibs_ops_per_sec: 4e9,
+            ibs_l3_miss_fraction: 0.02,
+            page_faults_per_sec: 1e4,
+        }
+    }
+}
+
+/// What [`perf_spec_for`] needs besides the PMUs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PerfSourceOptions {
+    /// CPUs to sample on (online CPUs).
+    pub cpus: Vec<u32>,
+    pub ring_bytes: u32,
+    pub filter_by_target: bool,
+    pub budget: SamplingBudget,
+    /// The kernel's limits ([`KernelLimits::read`]).
+    pub limits: KernelLimits,
+    pub rates: ExpectedRates,
+    /// PEBS load-latency threshold ([`pebs::DEFAULT_LDLAT`]).
+    pub ldlat: u16,
+    /// Also sample stores with PEBS.
+    pub pebs_stores: bool,
+    /// IBS: only L3 misses where the PMU supports it.
+    pub ibs_l3_miss_only: bool,
+}
+
+impl PerfSourceOptions {
+    /// Defaults for `cpus`: 1 MiB ring, target filtering, the default budget, ldlat 30, stores
+    /// on, `l3missonly` on.
+    #[must_use]
+    pub fn new(cpus: Vec<u32>, limits: KernelLimits) -> Self {
+        Self {
+            cpus,
+            ring_bytes: 1 << 20,
+            filter_by_target: true,
+            budget: SamplingBudget::default(),
+            limits,
+            rates: ExpectedRates::default(),
+            ldlat: pebs::DEFAULT_LDLAT,
+            pebs_stores: true,
+            ibs_l3_miss_only: true,
+        }
+    }
+}
+
+/// A perf-event source ready for [`sampler::Sampler::start`], with the reasoning behind it.
+#[derive(Clone, Debug)]
+pub struct PerfSourceSpec {
+    pub spec: SamplerSpec,
+    /// The period of each sampling event (`mem-loads`, `mem-stores`, `ibs_op`, `page-faults`).
+    pub periods: Vec<(&'static str, PeriodChoice)>,
+    /// What was left out or not available, for logs.
+    pub notes: Vec<String>,
+}
+
+/// Why no perf-event spec could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfSpecError {
+    #[error("{0} is not a perf-event source")]
+    NotPerf(SourceKind),
+    #[error("no CPUs to sample on")]
+    NoCpus,
+    #[error(transparent)]
+    Pebs(#[from] pebs::PebsError),
+    #[error(transparent)]
+    Ibs(#[from] ibs::IbsError),
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
+}
+
+/// The sampler spec for `kind` (PEBS, IBS or software page faults), with periods chosen from
+/// the CPU budget ([`budget::choose_period`]); every sampling stream (event × CPU) gets an equal
+/// share. `root` is where the PMU directories live (for `cpus` files and error messages).
+pub fn perf_spec_for(
+    kind: SourceKind,
+    scan: &PmuScan,
+    root: &HostRoot,
+    options: &PerfSourceOptions,
+) -> Result<PerfSourceSpec, PerfSpecError> {
+    if options.cpus.is_empty() {
+        return Err(PerfSpecError::NoCpus);
+    }
+    let streams_on = |cpus: Option<&[u32]>| -> u32 {
+        let n = cpus.map_or(options.cpus.len(), |own| {
+            options.cpus.iter().filter(|c| own.contains(c)).count()
+        });
+        u32::try_from(n).unwrap_or(u32::MAX)
+    };
+    let choose = |rate: f64, streams: u32, rule: PeriodRule| {
+        budget::choose_period(
+            &options.budget,
+            &options.limits,
+            &EventLoad {
+                events_per_sec_per_cpu: rate,
+                streams,
+            },
+            rule,
+        )
+    };
+    let mut notes = Vec::new();
+    match kind {
+        SourceKind::Pebs => {
+            let pmus = pebs::core_pmus(root, scan)?;
+            let mut streams = 0u32;
+            for core in pmus.iter() {
+                let per_event = streams_on(core.cpus);
+                let stores = options.pebs_stores && core.pmu.has_event("mem-stores");
+                streams = streams.saturating_add(per_event.saturating_mul(1 + u32::from(stores)));
+                if options.pebs_stores && !stores {
+                    notes.push(format!("{} has no mem-stores: loads only", core.pmu.name));
+                }
+            }
+            if let Some(atom) = scan.get("cpu_atom").filter(|p| !p.has_event("mem-loads")) {
+                notes.push(format!(
+                    "{} has no mem-loads: its CPUs are not sampled",
+                    atom.name
+                ));
+            }
+            let loads = choose(options.rates.pebs_loads_per_sec, streams, pebs::PERIOD_RULE)?;
+            let stores = choose(
+                options.rates.pebs_stores_per_sec,
+                streams,
+                pebs::PERIOD_RULE,
+            )?;
+            let pebs_options = pebs::PebsOptions {
+                ldlat: options.ldlat,
+                load_period: loads.period,
+                store_period: options.pebs_stores.then_some(stores.period),
+            };
+            let sets = pmus.events(root, &pebs_options)?;
+            let mut periods = vec![("mem-loads", loads)];
+            if sets.iter().any(|set| set.stores) {
+                periods.push(("mem-stores", stores));
+            }
+            Ok(PerfSourceSpec {
+                spec: pebs::spec(
+                    sets,
+                    options.cpus.clone(),
+                    options.ring_bytes,
+                    options.filter_by_target,
+                ),
+                periods,
+                notes,
+            })
+        }
+        SourceKind::Ibs => {
+            let pmu = ibs::find(root, scan)?;
+            let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
+            if options.ibs_l3_miss_only && !l3 {
+                notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
+            }
+            let fraction = if l3 {
+                options.rates.ibs_l3_miss_fraction
+            } else {
+                1.0
+            };
+            let choice = choose(
+                options.rates.ibs_ops_per_sec * fraction,
+                streams_on(None),
+                ibs::PERIOD_RULE,
+            )?;
+            let event = ibs::op_event(
+                pmu,
+                &ibs::IbsOptions {
+                    l3_miss_only: options.ibs_l3_miss_only,
+                    count_ops: true,
+                    period: choice.period,
+                },
+            )?;
+            Ok(PerfSourceSpec {
+                spec: ibs::spec(
+                    event,
+                    options.cpus.clone(),
+                    options.ring_bytes,
+                    options.filter_by_target,
+                ),
+                periods: vec![("ibs_op", choice)],
+                notes,
+            })
+        }
+        SourceKind::SwFault => {
+            let choice = choose(
+                options.rates.page_faults_per_sec,
+                streams_on(None),
+                PeriodRule::ANY,
+            )?;
+            Ok(PerfSourceSpec {
+                spec: swfault::spec(
+                    options.cpus.clone(),
+                    choice.period,
+                    options.ring_bytes,
+                    options.filter_by_target,
+                ),
+                periods: vec![("page-faults", choice)],
+                notes,
+            })
+        }
+        SourceKind::Spe | SourceKind::Damon => Err(PerfSpecError::NotPerf(kind)),
+    }
+}
+
+/// A running perf-event source (PEBS, IBS, software page faults) and its current allowlist.
+#[derive(Debug)]
+pub struct PerfSource {
+    kind: SourceKind,
+    sampler: Sampler,
+    targets: Vec<u32>,
+    rate: RateBudget,
+}
+
+impl PerfSource {
+    /// Opens the events of `kind` on every CPU of `options` and watches `pids`.
+    pub fn start(
+        kind: SourceKind,
+        root: &HostRoot,
+        pmus: &PmuScan,
+        options: &PerfSourceOptions,
+        pids: &[u32],
+    ) -> Result<Self, SourceError> {
+        let spec = perf_spec_for(kind, pmus, root, options)?;
+        for note in &spec.notes {
+            tracing::info!(source = %kind, "{note}");
+        }
+        for (event, choice) in &spec.periods {
+            tracing::info!(source = %kind, event, period = choice.period, "{}", choice.explanation);
+        }
+        let mut source = Self {
+            kind,
+            sampler: Sampler::start(&spec.spec)?,
+            targets: Vec::new(),
+            rate: RateBudget {
+                cpu_fraction: options.budget.cpu_fraction,
+                max_rate_per_stream: options
+                    .limits
+                    .effective_max_rate(options.budget.kernel_sample_cost_ns),
+            },
+        };
+        source.set_targets(pids)?;
+        Ok(source)
+    }
+}
+
+impl HotnessSource for PerfSource {
+    fn kind(&self) -> SourceKind {
+        self.kind
+    }
+
+    fn set_targets(&mut self, pids: &[u32]) -> Result<(), SourceError> {
+        for &gone in self.targets.iter().filter(|pid| !pids.contains(pid)) {
+            self.sampler.remove_target(gone)?;
+        }
+        for &new in pids.iter().filter(|pid| !self.targets.contains(pid)) {
+            self.sampler.add_target(new)?;
+        }
+        self.targets = pids.to_vec();
+        Ok(())
+    }
+
+    fn deliver(&mut self, delivery: Delivery) -> Result<tokio::task::JoinHandle<()>, SourceError> {
+        let ring = self.sampler.take_ring().ok_or(SourceError::Delivering)?;
+        Ok(ring::spawn(ring, delivery)?)
+    }
+
+    fn drop_counts(&self) -> BTreeMap<&'static str, u64> {
+        self.sampler.drop_counts().unwrap_or_default()
+    }
+
+    fn program_stats(&self) -> Vec<ProgramStats> {
+        self.sampler.program_stats()
+    }
+
+    fn sampling_streams(&self) -> u32 {
+        u32::try_from(self.sampler.sampling_streams()).unwrap_or(u32::MAX)
+    }
+
+    fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SourceError> {
+        Ok(self.sampler.scale_periods(scale)?)
+    }
+
+    fn rate_budget(&self) -> Option<RateBudget> {
+        Some(self.rate)
+    }
+}
