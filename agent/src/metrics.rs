@@ -126,117 +126,11 @@ impl Metrics {
         let metrics = Self::default();
         let mut root = Registry::default();
         let registry = root.sub_registry_with_prefix("memtide");
+        metrics.register_targets(registry);
+        metrics.register_migration(registry);
+        metrics.register_sources(registry);
+        metrics.register_machine(registry);
         let m = &metrics;
-        registry.register(
-            "fast_tier_hit_ratio",
-            "Share of sampled accesses of the target whose page was on a fast-tier node, over the last epoch",
-            m.fast_tier_hit_ratio.clone(),
-        );
-        registry.register(
-            "accesses_sampled",
-            "Sampled accesses of the target by the tier their page was on",
-            m.accesses_sampled.clone(),
-        );
-        registry.register(
-            "samples",
-            "Samples delivered by the hotness source",
-            m.samples.clone(),
-        );
-        registry.register(
-            "samples_dropped",
-            "Samples lost before reaching an engine, by reason (ring_full, not_target, no_address, channel_full, unrouted)",
-            m.samples_dropped.clone(),
-        );
-        registry.register(
-            "migrated_bytes",
-            "Bytes moved between tiers, by direction and granularity",
-            m.migrated_bytes.clone(),
-        );
-        registry.register(
-            "migration_pages",
-            "Pages the executor tried to move, by direction and result (moved, or the failure reason)",
-            m.migration_pages.clone(),
-        );
-        registry.register(
-            "migration_failures",
-            "Pages that could not be moved, by reason (ebusy, enomem, efault, enoent, eacces, target_exited, ...)",
-            m.migration_failures.clone(),
-        );
-        registry.register(
-            "would_migrate_bytes",
-            "Bytes the plan would have moved in observe mode, by direction",
-            m.would_migrate_bytes.clone(),
-        );
-        registry.register(
-            "epoch_seconds",
-            "Current migration epoch of the target",
-            m.epoch_seconds.clone(),
-        );
-        registry.register(
-            "granularity_bytes",
-            "Current migration granularity of the target",
-            m.granularity_bytes.clone(),
-        );
-        registry.register(
-            "hot_bytes",
-            "Bytes of the target's hot set, by the tier they are on",
-            m.hot_bytes.clone(),
-        );
-        registry.register(
-            "managed_bytes",
-            "Resident bytes of the target memtide manages, by tier",
-            m.managed_bytes.clone(),
-        );
-        registry.register(
-            "tier_capacity_bytes",
-            "Memory of each NUMA node, with its tier",
-            m.tier_capacity_bytes.clone(),
-        );
-        registry.register(
-            "tier_free_bytes",
-            "Free memory of each NUMA node, with its tier",
-            m.tier_free_bytes.clone(),
-        );
-        registry.register(
-            "engine_memory_bytes",
-            "Memory held by the hotness engines of all targets",
-            m.engine_memory_bytes.clone(),
-        );
-        registry.register(
-            "bpf_run_seconds",
-            "Kernel time spent in memtide's BPF programs",
-            m.bpf_run_seconds.clone(),
-        );
-        registry.register(
-            "engine_untracked_samples",
-            "Samples left out because the target's engine was at [engine] max_superpages",
-            m.engine_untracked_samples.clone(),
-        );
-        registry.register(
-            "sample_period_scale",
-            "Sample period in force over the start-up period, as the CPU budget controller set it",
-            m.sample_period_scale.clone(),
-        );
-        registry.register(
-            "sampling_cpu_ratio",
-            "Measured CPU cost of sampling and the engine (agent CPU but its HTTP server thread, plus BPF run time) over the last interval, in cores",
-            m.sampling_cpu_ratio.clone(),
-        );
-        registry.register(
-            "source_restarts",
-            "Times the agent started its hotness source again, by reason (stopped_externally: for DAMON, memtide's kdamond turned off by someone else)",
-            m.source_restarts.clone(),
-        );
-        registry.register(
-            "opted_in_pods",
-            "Pods of this node matching [targets] pod_selector in the last good list from the Kubernetes API server",
-            m.opted_in_pods.clone(),
-        );
-        registry.register(
-            "pod_list_errors",
-            "Failed lists of the opted-in pods (the last good list stays in use)",
-            m.pod_list_errors.clone(),
-        );
         registry.register("build_info", "memtide's version", m.build_info.clone());
         m.build_info
             .get_or_create(&VersionLabel {
@@ -257,6 +151,132 @@ impl Metrics {
         // Process metrics carry no prefix: the names every exporter uses.
         root.register_collector(Box::new(ProcessCollector));
         (metrics, root)
+    }
+
+    /// Per target: its accesses and hit ratio, epoch, granularity, hot and managed bytes, and its engine.
+    fn register_targets(&self, registry: &mut Registry) {
+        registry.register(
+            "fast_tier_hit_ratio",
+            "Share of sampled accesses of the target whose page was on a fast-tier node, over the last epoch",
+            self.fast_tier_hit_ratio.clone(),
+        );
+        registry.register(
+            "accesses_sampled",
+            "Sampled accesses of the target by the tier their page was on",
+            self.accesses_sampled.clone(),
+        );
+        registry.register(
+            "epoch_seconds",
+            "Current migration epoch of the target",
+            self.epoch_seconds.clone(),
+        );
+        registry.register(
+            "granularity_bytes",
+            "Current migration granularity of the target",
+            self.granularity_bytes.clone(),
+        );
+        registry.register(
+            "hot_bytes",
+            "Bytes of the target's hot set, by the tier they are on",
+            self.hot_bytes.clone(),
+        );
+        registry.register(
+            "managed_bytes",
+            "Resident bytes of the target memtide manages, by tier",
+            self.managed_bytes.clone(),
+        );
+        registry.register(
+            "engine_untracked_samples",
+            "Samples left out because the target's engine was at [engine] max_superpages",
+            self.engine_untracked_samples.clone(),
+        );
+        registry.register(
+            "engine_memory_bytes",
+            "Memory held by the hotness engines of all targets",
+            self.engine_memory_bytes.clone(),
+        );
+    }
+
+    /// Pages moved between tiers, or that would have been in observe mode.
+    fn register_migration(&self, registry: &mut Registry) {
+        registry.register(
+            "migrated_bytes",
+            "Bytes moved between tiers, by direction and granularity",
+            self.migrated_bytes.clone(),
+        );
+        registry.register(
+            "migration_pages",
+            "Pages the executor tried to move, by direction and result (moved, or the failure reason)",
+            self.migration_pages.clone(),
+        );
+        registry.register(
+            "migration_failures",
+            "Pages that could not be moved, by reason (ebusy, enomem, efault, enoent, eacces, target_exited, ...)",
+            self.migration_failures.clone(),
+        );
+        registry.register(
+            "would_migrate_bytes",
+            "Bytes the plan would have moved in observe mode, by direction",
+            self.would_migrate_bytes.clone(),
+        );
+    }
+
+    /// The hotness source: samples, drops, and what sampling costs.
+    fn register_sources(&self, registry: &mut Registry) {
+        registry.register(
+            "samples",
+            "Samples delivered by the hotness source",
+            self.samples.clone(),
+        );
+        registry.register(
+            "samples_dropped",
+            "Samples lost before reaching an engine, by reason (ring_full, not_target, no_address, channel_full, unrouted)",
+            self.samples_dropped.clone(),
+        );
+        registry.register(
+            "bpf_run_seconds",
+            "Kernel time spent in memtide's BPF programs",
+            self.bpf_run_seconds.clone(),
+        );
+        registry.register(
+            "sample_period_scale",
+            "Sample period in force over the start-up period, as the CPU budget controller set it",
+            self.sample_period_scale.clone(),
+        );
+        registry.register(
+            "sampling_cpu_ratio",
+            "Measured CPU cost of sampling and the engine (agent CPU but its HTTP server thread, plus BPF run time) over the last interval, in cores",
+            self.sampling_cpu_ratio.clone(),
+        );
+        registry.register(
+            "source_restarts",
+            "Times the agent started its hotness source again, by reason (stopped_externally: for DAMON, memtide's kdamond turned off by someone else)",
+            self.source_restarts.clone(),
+        );
+    }
+
+    /// The tiers' nodes and the Kubernetes pod list.
+    fn register_machine(&self, registry: &mut Registry) {
+        registry.register(
+            "tier_capacity_bytes",
+            "Memory of each NUMA node, with its tier",
+            self.tier_capacity_bytes.clone(),
+        );
+        registry.register(
+            "tier_free_bytes",
+            "Free memory of each NUMA node, with its tier",
+            self.tier_free_bytes.clone(),
+        );
+        registry.register(
+            "opted_in_pods",
+            "Pods of this node matching [targets] pod_selector in the last good list from the Kubernetes API server",
+            self.opted_in_pods.clone(),
+        );
+        registry.register(
+            "pod_list_errors",
+            "Failed lists of the opted-in pods (the last good list stays in use)",
+            self.pod_list_errors.clone(),
+        );
     }
 }
 

@@ -118,15 +118,7 @@ pub enum RecordError {
 
 /// Records until the duration passes, every target exits, or SIGINT/SIGTERM arrives.
 pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError> {
-    if options.pids.is_empty() {
-        return Err(RecordError::NoTargets);
-    }
-    if options.pids.len() > MAX_PROCESSES {
-        return Err(RecordError::TooManyTargets(options.pids.len()));
-    }
-    if let Some(kind) = options.source.filter(|kind| !RECORDABLE.contains(kind)) {
-        return Err(RecordError::NotSampling(kind));
-    }
+    check(&options)?;
     // First, so a Ctrl-C during start-up still ends in a complete trace.
     let mut terminate = signal(SignalKind::terminate()).map_err(RecordError::Ring)?;
     let mut interrupt = signal(SignalKind::interrupt()).map_err(RecordError::Ring)?;
@@ -174,21 +166,19 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         .map(|(i, &pid)| (pid, i as u64))
         .collect();
     let mut counts = Counts::default();
-    let stopped_by = {
-        let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
-        let mut liveness = tokio::time::interval(LIVENESS_CHECK);
-        loop {
-            tokio::select! {
-                Some(TargetInput::Samples(batch)) = samples_rx.recv() => {
-                    writer.write(&counts.convert(&batch, &index)).map_err(output)?;
-                }
-                _ = terminate.recv() => break "SIGTERM",
-                _ = interrupt.recv() => break "SIGINT",
-                () = sleep_until(deadline) => break "duration",
-                _ = liveness.tick() => {
-                    if targets.iter().all(|t| t.exited().unwrap_or(true)) {
-                        break "every target exited";
-                    }
+    let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
+    let mut liveness = tokio::time::interval(LIVENESS_CHECK);
+    let stopped_by = loop {
+        tokio::select! {
+            Some(TargetInput::Samples(batch)) = samples_rx.recv() => {
+                writer.write(&counts.convert(&batch, &index)).map_err(output)?;
+            }
+            _ = terminate.recv() => break "SIGTERM",
+            _ = interrupt.recv() => break "SIGINT",
+            () = sleep_until(deadline) => break "duration",
+            _ = liveness.tick() => {
+                if targets.iter().all(|t| t.exited().unwrap_or(true)) {
+                    break "every target exited";
                 }
             }
         }
@@ -217,6 +207,37 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         source,
     })?;
 
+    let dropped = dropped(&sampler, &counters);
+    Ok(RecordSummary {
+        path: options.out,
+        source: kind.as_str().to_owned(),
+        period,
+        pids: options.pids,
+        records,
+        loads: counts.loads,
+        stores: counts.stores,
+        dropped,
+        stopped_by: stopped_by.to_owned(),
+    })
+}
+
+/// Refuses what cannot be recorded before anything starts.
+fn check(options: &RecordOptions) -> Result<(), RecordError> {
+    if options.pids.is_empty() {
+        return Err(RecordError::NoTargets);
+    }
+    if options.pids.len() > MAX_PROCESSES {
+        return Err(RecordError::TooManyTargets(options.pids.len()));
+    }
+    if let Some(kind) = options.source.filter(|kind| !RECORDABLE.contains(kind)) {
+        return Err(RecordError::NotSampling(kind));
+    }
+    Ok(())
+}
+
+/// Samples lost before the file, by reason: in BPF (samples of other processes are not lost,
+/// they were never wanted), on a full queue, or malformed.
+fn dropped(sampler: &Sampler, counters: &IngestCounters) -> BTreeMap<String, u64> {
     let mut dropped: BTreeMap<String, u64> = sampler
         .drop_counts()
         .unwrap_or_default()
@@ -232,17 +253,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         "malformed".to_owned(),
         counters.malformed.load(Ordering::Relaxed),
     );
-    Ok(RecordSummary {
-        path: options.out,
-        source: kind.as_str().to_owned(),
-        period,
-        pids: options.pids,
-        records,
-        loads: counts.loads,
-        stores: counts.stores,
-        dropped,
-        stopped_by: stopped_by.to_owned(),
-    })
+    dropped
 }
 
 async fn sleep_until(deadline: Option<tokio::time::Instant>) {

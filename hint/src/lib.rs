@@ -3,21 +3,25 @@
 //! An application marks ranges of its memory [`Hint::Fast`] (latency-critical),
 //! [`Hint::Slow`] (cold, capacity) or [`Hint::Bandwidth`] (bandwidth-bound streams), and the
 //! hint is applied at once with `mbind(..., MPOL_MF_MOVE)`: pages already present migrate, later
-//! faults follow the policy. The tiers are read from sysfs: the kernel's memory tiers when they
-//! separate the nodes, else CPU-less nodes are slow. C programs use `include/memtide_hint.h`
-//! and the static library.
+//! faults follow the policy. Which nodes are fast and which slow is decided exactly as the agent
+//! decides it (`memtide-host`'s classifier: the kernel's memory tiers, HMAT, distances, CPU-less
+//! nodes). C programs use `include/memtide_hint.h` and the static library.
 //!
-//! This crate stands alone (only libc) so applications do not pull in the agent; its few lines
-//! of `unsafe` are the `mbind` call in [`sys`], each with a SAFETY comment.
+//! Applications do not pull in the agent: this crate uses `memtide-host` (the machine's readers
+//! and system calls, no async runtime, no BPF), whose `sys` module holds the `mbind` call.
 #![deny(unsafe_code)]
 
 use std::{
-    fs, io,
+    io,
     os::raw::{c_int, c_void},
     path::Path,
 };
 
-mod sys;
+use memtide_host::{
+    sys::mempolicy::{self, MPOL_MF_MOVE, Mode, NodeMask},
+    sysfs::HostRoot,
+    topology::tiering::{TierOverride, TieredTopology},
+};
 
 /// Where a range belongs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -45,7 +49,7 @@ impl Hint {
 }
 
 /// A memory-policy mode and its nodes.
-type Policy = (c_int, Vec<u32>);
+type Policy = (Mode, Vec<u32>);
 
 /// Fast and slow nodes of the machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -56,27 +60,6 @@ pub struct Tiers {
     pub weighted_interleave: bool,
 }
 
-fn parse_list(text: &str) -> Option<Vec<u32>> {
-    let mut out = Vec::new();
-    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
-        match part.split_once('-') {
-            Some((a, b)) => {
-                let (a, b): (u32, u32) = (a.parse().ok()?, b.parse().ok()?);
-                if b < a || b - a > 4096 {
-                    return None;
-                }
-                out.extend(a..=b);
-            }
-            None => out.push(part.parse().ok()?),
-        }
-    }
-    Some(out)
-}
-
-fn read_list(path: &Path) -> Option<Vec<u32>> {
-    parse_list(&fs::read_to_string(path).ok()?)
-}
-
 impl Tiers {
     /// Reads the tiers of this machine.
     #[must_use]
@@ -84,77 +67,35 @@ impl Tiers {
         Self::detect_at(Path::new("/"))
     }
 
-    /// Reads the tiers under `root` (a fixture tree in tests).
+    /// Reads the tiers under `root` (a fixture tree in tests), as the agent classifies them
+    /// (`memtide probe` shows the result). A machine whose topology cannot be read is one node,
+    /// node 0: every hint leaves memory where it is.
     #[must_use]
     pub fn detect_at(root: &Path) -> Self {
-        let node_dir = root.join("sys/devices/system/node");
-        let nodes = read_list(&node_dir.join("has_memory"))
-            .or_else(|| read_list(&node_dir.join("online")))
-            .unwrap_or_else(|| vec![0]);
-        let weighted_interleave = root
-            .join("sys/kernel/mm/mempolicy/weighted_interleave")
-            .is_dir();
-        // Kernel memory tiers: the smallest tier id holding one of our nodes is fast.
-        let mut tiers: Vec<(u32, Vec<u32>)> =
-            fs::read_dir(root.join("sys/devices/virtual/memory_tiering"))
-                .into_iter()
-                .flatten()
-                .flatten()
-                .filter_map(|e| {
-                    let name = e.file_name().into_string().ok()?;
-                    let id = name.strip_prefix("memory_tier")?.parse().ok()?;
-                    let list = read_list(&e.path().join("nodelist"))?;
-                    Some((
-                        id,
-                        list.into_iter()
-                            .filter(|n| nodes.contains(n))
-                            .collect::<Vec<_>>(),
-                    ))
-                })
-                .filter(|(_, list)| !list.is_empty())
-                .collect();
-        tiers.sort_unstable();
-        let (fast, slow) = if tiers.len() > 1 {
-            let fast = tiers[0].1.clone();
-            (
-                fast.clone(),
-                nodes
-                    .iter()
-                    .copied()
-                    .filter(|n| !fast.contains(n))
+        let host = HostRoot::new(root);
+        let (fast, slow) = match TieredTopology::read(&host, &TierOverride::default()) {
+            Ok(tiered) if tiered.classes.fast.is_empty() => (
+                tiered
+                    .topology
+                    .nodes_with_memory()
+                    .map(|node| node.id)
                     .collect(),
-            )
-        } else {
-            let cpuless: Vec<u32> = nodes
-                .iter()
-                .copied()
-                .filter(|n| {
-                    fs::read_to_string(node_dir.join(format!("node{n}/cpulist")))
-                        .is_ok_and(|c| c.trim().is_empty())
-                })
-                .collect();
-            if cpuless.is_empty() || cpuless.len() == nodes.len() {
-                (nodes, Vec::new())
-            } else {
-                (
-                    nodes
-                        .iter()
-                        .copied()
-                        .filter(|n| !cpuless.contains(n))
-                        .collect(),
-                    cpuless,
-                )
-            }
+                Vec::new(),
+            ),
+            Ok(tiered) => (tiered.classes.fast, tiered.classes.slow),
+            Err(_) => (vec![0], Vec::new()),
         };
         Self {
             fast,
             slow,
-            weighted_interleave,
+            weighted_interleave: root
+                .join("sys/kernel/mm/mempolicy/weighted_interleave")
+                .is_dir(),
         }
     }
 
     /// The policy for `hint`: mode and nodes, then the fallback for kernels without the mode.
-    fn policy(&self, hint: Hint) -> io::Result<(c_int, Vec<u32>, Option<Policy>)> {
+    fn policy(&self, hint: Hint) -> io::Result<(Mode, Vec<u32>, Option<Policy>)> {
         let nodes = match hint {
             Hint::Fast => &self.fast,
             Hint::Slow if self.slow.is_empty() => &self.fast,
@@ -165,34 +106,41 @@ impl Tiers {
                     return Err(io::Error::from_raw_os_error(libc::ENODEV));
                 }
                 let mode = if self.weighted_interleave {
-                    sys::MPOL_WEIGHTED_INTERLEAVE
+                    Mode::WeightedInterleave
                 } else {
-                    sys::MPOL_INTERLEAVE
+                    Mode::Interleave
                 };
-                return Ok((mode, all.clone(), Some((sys::MPOL_INTERLEAVE, all))));
+                return Ok((mode, all.clone(), Some((Mode::Interleave, all))));
             }
         };
         let first = *nodes
             .first()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
         Ok((
-            sys::MPOL_PREFERRED_MANY,
+            Mode::PreferredMany,
             nodes.clone(),
-            Some((sys::MPOL_PREFERRED, vec![first])),
+            Some((Mode::Preferred, vec![first])),
         ))
     }
 
     /// Applies `hint` to `[addr, addr + len)` of this process.
     pub fn apply(&self, addr: usize, len: usize, hint: Hint) -> io::Result<()> {
         let (mode, nodes, fallback) = self.policy(hint)?;
-        match sys::mbind_move(addr, len, mode, &nodes) {
+        match mbind_move(addr, len, mode, &nodes) {
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => match fallback {
-                Some((mode, nodes)) => sys::mbind_move(addr, len, mode, &nodes),
+                Some((mode, nodes)) => mbind_move(addr, len, mode, &nodes),
                 None => Err(e),
             },
             other => other,
         }
     }
+}
+
+/// `mbind(addr, len, mode, nodes, MPOL_MF_MOVE)`: the policy, and the pages already present
+/// moved to it.
+fn mbind_move(addr: usize, len: usize, mode: Mode, nodes: &[u32]) -> io::Result<()> {
+    let mask = NodeMask::from_nodes(nodes.iter().copied())?;
+    mempolicy::mbind(addr, len, mode, 0, &mask, MPOL_MF_MOVE)
 }
 
 /// Applies `hint` to `[addr, addr + len)` of this process, with this machine's tiers.
@@ -218,59 +166,54 @@ pub extern "C" fn memtide_hint(addr: *mut c_void, len: usize, hint_kind: c_int) 
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
-    fn write(root: &Path, rel: &str, content: &str) {
-        let p = root.join(rel);
-        fs::create_dir_all(p.parent().unwrap()).unwrap();
-        fs::write(p, content).unwrap();
+    fn fixture(kind: &str, name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../agent/tests/fixtures")
+            .join(kind)
+            .join(name)
     }
 
     #[test]
-    fn tiers_from_kernel_tiers_or_cpuless_nodes() {
-        let dir = tempfile::tempdir().unwrap();
-        let r = dir.path();
-        write(r, "sys/devices/system/node/has_memory", "0-1\n");
-        write(r, "sys/devices/system/node/node0/cpulist", "0-1\n");
-        write(r, "sys/devices/system/node/node1/cpulist", "\n");
-        // One tier for both: the CPU-less node is slow.
-        write(
-            r,
-            "sys/devices/virtual/memory_tiering/memory_tier4/nodelist",
-            "0-1\n",
+    fn tiers_are_the_agents() {
+        // DRAM and a CPU-less CXL node in a lower memory tier (HMAT).
+        let t = Tiers::detect_at(&fixture("topology", "vm-hmat"));
+        let agent = TieredTopology::read(
+            &HostRoot::new(fixture("topology", "vm-hmat")),
+            &TierOverride::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (&t.fast, &t.slow),
+            (&agent.classes.fast, &agent.classes.slow)
         );
-        let t = Tiers::detect_at(r);
         assert_eq!((t.fast.clone(), t.slow.clone()), (vec![0], vec![1]));
-        assert!(!t.weighted_interleave);
-        // Two tiers (HMAT): the kernel decides.
-        write(
-            r,
-            "sys/devices/virtual/memory_tiering/memory_tier4/nodelist",
-            "0\n",
-        );
-        write(
-            r,
-            "sys/devices/virtual/memory_tiering/memory_tier54/nodelist",
-            "1\n",
-        );
-        fs::create_dir_all(r.join("sys/kernel/mm/mempolicy/weighted_interleave")).unwrap();
-        let t = Tiers::detect_at(r);
-        assert_eq!((t.fast.clone(), t.slow.clone()), (vec![0], vec![1]));
-        assert!(t.weighted_interleave);
-        let (mode, nodes, _) = t.policy(Hint::Bandwidth).unwrap();
-        assert_eq!((mode, nodes), (sys::MPOL_WEIGHTED_INTERLEAVE, vec![0, 1]));
         let (mode, nodes, fallback) = t.policy(Hint::Slow).unwrap();
-        assert_eq!((mode, nodes), (sys::MPOL_PREFERRED_MANY, vec![1]));
-        assert_eq!(fallback, Some((sys::MPOL_PREFERRED, vec![1])));
+        assert_eq!((mode, nodes), (Mode::PreferredMany, vec![1]));
+        assert_eq!(fallback, Some((Mode::Preferred, vec![1])));
+        let (mode, nodes, _) = t.policy(Hint::Bandwidth).unwrap();
+        assert_eq!((mode, nodes), (Mode::Interleave, vec![0, 1]));
+        let weighted = Tiers {
+            weighted_interleave: true,
+            ..t
+        };
+        assert_eq!(
+            weighted.policy(Hint::Bandwidth).unwrap().0,
+            Mode::WeightedInterleave
+        );
     }
 
     #[test]
     fn single_node_machine_hints_stay_on_it() {
-        let dir = tempfile::tempdir().unwrap();
-        write(dir.path(), "sys/devices/system/node/has_memory", "0\n");
-        let t = Tiers::detect_at(dir.path());
+        let t = Tiers::detect_at(&fixture("machines", "vm-single-node"));
         assert_eq!((t.fast.clone(), t.slow.clone()), (vec![0], vec![]));
         assert_eq!(t.policy(Hint::Slow).unwrap().1, vec![0]);
+        // No topology at all: node 0, where memory already is.
+        let empty = tempfile::tempdir().unwrap();
+        assert_eq!(Tiers::detect_at(empty.path()).fast, vec![0]);
     }
 
     #[test]
@@ -291,7 +234,5 @@ mod tests {
             memtide_hint((start + 1) as *mut c_void, len - 4096, Hint::Fast as c_int),
             -libc::EINVAL
         );
-        assert_eq!(parse_list("0-2,5"), Some(vec![0, 1, 2, 5]));
-        assert_eq!(parse_list("2-1"), None);
     }
 }

@@ -917,6 +917,35 @@ mod tests {
         assert_eq!(ex.totals().total().pages_moved, 3000);
     }
 
+    /// A swap in one call: its promotions and its demotions are counted apart, each page by
+    /// the granularity its request asked for; a page that fails counts in its own direction.
+    #[test]
+    fn promotions_and_demotions_are_reported_apart() {
+        let base = 0x1000_0000;
+        let mut fake = Fake::with_pages(base..base + 16 * PAGE, 1);
+        for page in 0..16 {
+            fake.pages.insert(base + 32 * PAGE + page * PAGE, 0);
+        }
+        fake.busy.insert(base + 3 * PAGE, 1);
+        let mut ex = Executor::new(ExecConfig::default());
+        let promote = request(base, 16 * PAGE, 0, 16 * PAGE);
+        let demote = request(base + 32 * PAGE, 8 * PAGE, 1, PAGE);
+        let r = ex
+            .execute(&mut fake, &[promote, demote], Instant::now())
+            .unwrap();
+        assert_eq!(r.promote.pages_moved, 15, "{r:?}");
+        assert_eq!(
+            r.promote.moved_by_granularity,
+            BTreeMap::from([(16 * PAGE, 15)])
+        );
+        assert_eq!(r.promote.failures, BTreeMap::from([("ebusy", 1)]));
+        assert_eq!(r.promote.requested_bytes, 16 * PAGE);
+        assert_eq!(r.demote.pages_moved, 8);
+        assert_eq!(r.demote.moved_by_granularity, BTreeMap::from([(PAGE, 8)]));
+        assert!(r.demote.failures.is_empty());
+        assert_eq!(r.total().pages_moved, 23);
+    }
+
     #[test]
     fn transient_failures_retry_then_give_up() {
         let base = 0x1000_0000;

@@ -133,108 +133,13 @@ pub fn perf_spec_for(
     if options.cpus.is_empty() {
         return Err(PerfSpecError::NoCpus);
     }
-    let streams_on = |cpus: Option<&[u32]>| -> u32 {
-        let n = cpus.map_or(options.cpus.len(), |own| {
-            options.cpus.iter().filter(|c| own.contains(c)).count()
-        });
-        u32::try_from(n).unwrap_or(u32::MAX)
-    };
-    let choose = |rate: f64, streams: u32, rule: PeriodRule| {
-        budget::choose_period(
-            &options.budget,
-            &options.limits,
-            &EventLoad {
-                events_per_sec_per_cpu: rate,
-                streams,
-            },
-            rule,
-        )
-    };
-    let mut notes = Vec::new();
     match kind {
-        SourceKind::Pebs => {
-            let pmus = pebs::core_pmus(root, scan)?;
-            let mut streams = 0u32;
-            for core in pmus.iter() {
-                let per_event = streams_on(core.cpus);
-                let stores = options.pebs_stores && core.pmu.has_event("mem-stores");
-                streams = streams.saturating_add(per_event.saturating_mul(1 + u32::from(stores)));
-                if options.pebs_stores && !stores {
-                    notes.push(format!("{} has no mem-stores: loads only", core.pmu.name));
-                }
-            }
-            if let Some(atom) = scan.get("cpu_atom").filter(|p| !p.has_event("mem-loads")) {
-                notes.push(format!(
-                    "{} has no mem-loads: its CPUs are not sampled",
-                    atom.name
-                ));
-            }
-            let loads = choose(options.rates.pebs_loads_per_sec, streams, pebs::PERIOD_RULE)?;
-            let stores = choose(
-                options.rates.pebs_stores_per_sec,
-                streams,
-                pebs::PERIOD_RULE,
-            )?;
-            let pebs_options = pebs::PebsOptions {
-                ldlat: options.ldlat,
-                load_period: loads.period,
-                store_period: options.pebs_stores.then_some(stores.period),
-            };
-            let sets = pmus.events(root, &pebs_options)?;
-            let mut periods = vec![("mem-loads", loads)];
-            if sets.iter().any(|set| set.stores) {
-                periods.push(("mem-stores", stores));
-            }
-            Ok(PerfSourceSpec {
-                spec: pebs::spec(
-                    sets,
-                    options.cpus.clone(),
-                    options.ring_bytes,
-                    options.filter_by_target,
-                ),
-                periods,
-                notes,
-            })
-        }
-        SourceKind::Ibs => {
-            let pmu = ibs::find(root, scan)?;
-            let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
-            if options.ibs_l3_miss_only && !l3 {
-                notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
-            }
-            let fraction = if l3 {
-                options.rates.ibs_l3_miss_fraction
-            } else {
-                1.0
-            };
-            let choice = choose(
-                options.rates.ibs_ops_per_sec * fraction,
-                streams_on(None),
-                ibs::PERIOD_RULE,
-            )?;
-            let event = ibs::op_event(
-                pmu,
-                &ibs::IbsOptions {
-                    l3_miss_only: options.ibs_l3_miss_only,
-                    count_ops: true,
-                    period: choice.period,
-                },
-            )?;
-            Ok(PerfSourceSpec {
-                spec: ibs::spec(
-                    event,
-                    options.cpus.clone(),
-                    options.ring_bytes,
-                    options.filter_by_target,
-                ),
-                periods: vec![("ibs_op", choice)],
-                notes,
-            })
-        }
+        SourceKind::Pebs => pebs_spec(scan, root, options),
+        SourceKind::Ibs => ibs_spec(scan, root, options),
         SourceKind::SwFault => {
-            let choice = choose(
+            let choice = options.choose(
                 options.rates.page_faults_per_sec,
-                streams_on(None),
+                options.streams_on(None),
                 PeriodRule::ANY,
             )?;
             Ok(PerfSourceSpec {
@@ -245,11 +150,133 @@ pub fn perf_spec_for(
                     options.filter_by_target,
                 ),
                 periods: vec![("page-faults", choice)],
-                notes,
+                notes: Vec::new(),
             })
         }
         SourceKind::Spe | SourceKind::Damon => Err(PerfSpecError::NotPerf(kind)),
     }
+}
+
+impl PerfSourceOptions {
+    /// Sampling streams of one event on `cpus` (every CPU sampled when `None`).
+    fn streams_on(&self, cpus: Option<&[u32]>) -> u32 {
+        let n = cpus.map_or(self.cpus.len(), |own| {
+            self.cpus.iter().filter(|c| own.contains(c)).count()
+        });
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// The period for an event seen `rate` times a second per CPU, over `streams` streams.
+    fn choose(
+        &self,
+        rate: f64,
+        streams: u32,
+        rule: PeriodRule,
+    ) -> Result<PeriodChoice, BudgetError> {
+        budget::choose_period(
+            &self.budget,
+            &self.limits,
+            &EventLoad {
+                events_per_sec_per_cpu: rate,
+                streams,
+            },
+            rule,
+        )
+    }
+}
+
+/// PEBS: loads above the latency threshold and (where the core PMU has them) stores, on every
+/// core PMU's CPUs.
+fn pebs_spec(
+    scan: &PmuScan,
+    root: &HostRoot,
+    options: &PerfSourceOptions,
+) -> Result<PerfSourceSpec, PerfSpecError> {
+    let mut notes = Vec::new();
+    let pmus = pebs::core_pmus(root, scan)?;
+    let mut streams = 0u32;
+    for core in pmus.iter() {
+        let per_event = options.streams_on(core.cpus);
+        let stores = options.pebs_stores && core.pmu.has_event("mem-stores");
+        streams = streams.saturating_add(per_event.saturating_mul(1 + u32::from(stores)));
+        if options.pebs_stores && !stores {
+            notes.push(format!("{} has no mem-stores: loads only", core.pmu.name));
+        }
+    }
+    if let Some(atom) = scan.get("cpu_atom").filter(|p| !p.has_event("mem-loads")) {
+        notes.push(format!(
+            "{} has no mem-loads: its CPUs are not sampled",
+            atom.name
+        ));
+    }
+    let loads = options.choose(options.rates.pebs_loads_per_sec, streams, pebs::PERIOD_RULE)?;
+    let stores = options.choose(
+        options.rates.pebs_stores_per_sec,
+        streams,
+        pebs::PERIOD_RULE,
+    )?;
+    let pebs_options = pebs::PebsOptions {
+        ldlat: options.ldlat,
+        load_period: loads.period,
+        store_period: options.pebs_stores.then_some(stores.period),
+    };
+    let sets = pmus.events(root, &pebs_options)?;
+    let mut periods = vec![("mem-loads", loads)];
+    if sets.iter().any(|set| set.stores) {
+        periods.push(("mem-stores", stores));
+    }
+    Ok(PerfSourceSpec {
+        spec: pebs::spec(
+            sets,
+            options.cpus.clone(),
+            options.ring_bytes,
+            options.filter_by_target,
+        ),
+        periods,
+        notes,
+    })
+}
+
+/// IBS: op sampling, L3 misses only where the PMU can filter them (Zen 4).
+fn ibs_spec(
+    scan: &PmuScan,
+    root: &HostRoot,
+    options: &PerfSourceOptions,
+) -> Result<PerfSourceSpec, PerfSpecError> {
+    let mut notes = Vec::new();
+    let pmu = ibs::find(root, scan)?;
+    let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
+    if options.ibs_l3_miss_only && !l3 {
+        notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
+    }
+    let fraction = if l3 {
+        options.rates.ibs_l3_miss_fraction
+    } else {
+        1.0
+    };
+    let choice = options.choose(
+        options.rates.ibs_ops_per_sec * fraction,
+        options.streams_on(None),
+        ibs::PERIOD_RULE,
+    )?;
+    let event = ibs::op_event(
+        pmu,
+        &ibs::IbsOptions {
+            l3_miss_only: options.ibs_l3_miss_only,
+            count_ops: true,
+            period: choice.period,
+        },
+    )?;
+    Ok(PerfSourceSpec {
+        spec: ibs::spec(
+            event,
+            options.cpus.clone(),
+            options.ring_bytes,
+            options.filter_by_target,
+        ),
+        periods: vec![("ibs_op", choice)],
+        notes,
+    })
 }
 
 /// A running perf-event source (PEBS, IBS, software page faults) and its current allowlist.
