@@ -31,7 +31,7 @@ use self::{
     hotset::{Coverage, Histogram},
     reuse::ReuseHistogram,
     subpage::Stage2,
-    superpage::{HOT_PREV, NEEDS_SLOT, NO_SLOT, Stage1, TOUCHED_EPOCH},
+    superpage::{NEEDS_SLOT, NO_SLOT, Stage1},
 };
 use crate::{
     units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, SUPERPAGE_SIZE},
@@ -113,6 +113,10 @@ pub struct Engine {
     reuse: ReuseHistogram,
     /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
     read_write_ratio: u32,
+    /// The hot cut-off of the epoch that ended at the last plan, while its per-record resets
+    /// wait for the next pass over the records (the next interval close): ending an epoch then
+    /// costs no pass of its own. Views read the records as if the resets were done.
+    epoch_end: Option<u32>,
     intervals: u64,
     next_close: Option<Duration>,
     top_n: usize,
@@ -139,6 +143,7 @@ impl Engine {
             hist: Histogram::default(),
             reuse: ReuseHistogram::default(),
             read_write_ratio,
+            epoch_end: None,
             intervals: 0,
             next_close: None,
             top_n: config.top_n,
@@ -290,7 +295,11 @@ impl Engine {
         );
         let (mut rd, mut wd) = (0, 0);
         self.hist.clear();
+        let epoch_end = self.epoch_end.take();
         for rec in self.stage1.records_mut() {
+            if let Some(cutoff) = epoch_end {
+                rec.end_epoch(cutoff);
+            }
             let (domain, gap) = rec.close(shift, steps, stamp, ratio);
             match domain {
                 Domain::ReadDominant => rd += 1,
@@ -411,6 +420,7 @@ impl Engine {
             access_rate: self.access_rate,
             evidence_unit: self.evidence_unit,
             interval_stamp: self.last_closed_stamp(),
+            epoch_end: self.epoch_end,
         }
     }
 
@@ -420,16 +430,8 @@ impl Engine {
     /// N (stage-2 superpages) follows `free_superpages`, the fast tier's room in superpages, when
     /// `adapt_top_n` is on.
     pub fn end_epoch(&mut self, free_superpages: u64) {
-        let cutoff = self.hot_cutoff.max(1);
-        for rec in self.stage1.records_mut() {
-            let hot = rec.accesses() >= cutoff;
-            rec.flags &= !(HOT_PREV | TOUCHED_EPOCH);
-            if hot {
-                rec.flags |= HOT_PREV;
-            }
-            rec.epoch_r = 0;
-            rec.epoch_w = 0;
-        }
+        // Records keep their heat until the next close: the resets are exact done then.
+        self.epoch_end = Some(self.hot_cutoff.max(1));
         self.reuse.halve();
         self.stage2.cool_all(self.cfg.stage2_cooling_shift);
         if self.cfg.adapt_top_n {

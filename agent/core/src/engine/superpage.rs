@@ -74,14 +74,16 @@ impl SuperpageRecord {
         self.flags & SEEN != 0
     }
 
-    /// Touched in an interval closed since the last plan.
-    pub(crate) fn touched_this_epoch(&self) -> bool {
-        self.flags & TOUCHED_EPOCH != 0
-    }
-
-    /// In the hot set when the last epoch ended.
-    pub(crate) fn hot_at_last_plan(&self) -> bool {
-        self.flags & HOT_PREV != 0
+    /// Ends a migration epoch: whether the record is in the hot set (its heat at `cutoff` or
+    /// above) becomes last epoch's hot set, and what the epoch counted starts again.
+    pub(crate) fn end_epoch(&mut self, cutoff: u32) {
+        let hot = self.accesses() >= cutoff;
+        self.flags &= !(HOT_PREV | TOUCHED_EPOCH);
+        if hot {
+            self.flags |= HOT_PREV;
+        }
+        self.epoch_r = 0;
+        self.epoch_w = 0;
     }
 
     /// Closes `steps` intervals (the first with this record's counts, the rest empty).

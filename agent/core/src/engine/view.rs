@@ -4,7 +4,7 @@ use super::{
     EngineConfig,
     reuse::ReuseHistogram,
     subpage::{self, Stage2},
-    superpage::{Stage1, SuperpageRecord},
+    superpage::{HOT_PREV, Stage1, SuperpageRecord, TOUCHED_EPOCH},
 };
 use crate::units::{PAGE_SHIFT, PAGE_SIZE, SUBPAGES};
 
@@ -24,6 +24,8 @@ pub struct HotnessView<'a> {
     pub evidence_unit: f64,
     /// Stamp of the last closed interval (what records' `last_touch` is compared with).
     pub interval_stamp: u16,
+    /// See `Engine::epoch_end`: resets not yet applied to the records, with this cut-off.
+    pub(super) epoch_end: Option<u32>,
 }
 
 impl<'a> HotnessView<'a> {
@@ -70,6 +72,28 @@ impl<'a> HotnessView<'a> {
                 .sum()
         };
         (sum(first..first + pages), sum(0..SUBPAGES))
+    }
+
+    /// Whether `rec` was in the hot set when the last epoch ended.
+    pub(crate) fn hot_at_last_plan(&self, rec: &SuperpageRecord) -> bool {
+        match self.epoch_end {
+            Some(cutoff) => rec.accesses() >= cutoff,
+            None => rec.flags & HOT_PREV != 0,
+        }
+    }
+
+    /// Whether `rec` was touched in an interval closed since the last plan.
+    pub(crate) fn touched_this_epoch(&self, rec: &SuperpageRecord) -> bool {
+        self.epoch_end.is_none() && rec.flags & TOUCHED_EPOCH != 0
+    }
+
+    /// `rec`'s uncooled reads and writes since the last plan.
+    pub(crate) fn epoch_counts(&self, rec: &SuperpageRecord) -> (u32, u32) {
+        if self.epoch_end.is_some() {
+            (0, 0)
+        } else {
+            (rec.epoch_r, rec.epoch_w)
+        }
     }
 
     /// Sampled reuse gaps of superpages, in counting intervals.

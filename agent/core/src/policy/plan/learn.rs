@@ -34,11 +34,11 @@ impl Planner {
                 ages.record(u32::from(hot.interval_stamp.wrapping_sub(rec.last_touch)));
             }
             let is_hot = rec.accesses() >= cutoff;
-            let was_hot = rec.hot_at_last_plan();
+            let was_hot = hot.hot_at_last_plan(rec);
             hot_now += u64::from(is_hot);
             inter += u64::from(is_hot && was_hot);
             union += u64::from(is_hot || was_hot);
-            touched += u64::from(rec.touched_this_epoch());
+            touched += u64::from(hot.touched_this_epoch(rec));
         }
         let engine = hot.config();
         let interval = engine.interval();
@@ -112,10 +112,8 @@ impl Planner {
                     share = f64::from(range) / f64::from(all);
                 }
             }
-            let value = costs.access_value(
-                f64::from(rec.epoch_r) * share,
-                f64::from(rec.epoch_w) * share,
-            );
+            let (epoch_r, epoch_w) = hot.epoch_counts(rec);
+            let value = costs.access_value(f64::from(epoch_r) * share, f64::from(epoch_w) * share);
             realised += if m.evicted { -value } else { value };
         }
         Some(realised / cost)
