@@ -10,7 +10,7 @@ use memtide_common::{AccessKind, AccessSample, SampleSource};
 use memtide_core::ingest::{BatchSink, IngestCounters, Router, SampleBatch, Undelivered};
 use tokio::sync::mpsc;
 
-/// The daemon's sink (`memtide::sources::ingest::TargetChannel`): a bounded tokio channel to the
+/// The daemon's sink (`memtide::sources::TargetChannel`): a bounded tokio channel to the
 /// target's task, `try_send` only. Redefined here so the bench needs no BPF build.
 struct Channel(mpsc::Sender<SampleBatch>);
 

@@ -1,5 +1,5 @@
 //! Measures what sampling costs while the agent runs and lets [`RateController`] adjust the
-//! sample period of the running source (see `sources::rate` for the control law).
+//! sample period of the running source (see `sources::perf::rate` for the control law).
 
 use std::time::{Duration, Instant};
 
