@@ -34,7 +34,7 @@ use self::{
     superpage::{NEEDS_SLOT, NO_SLOT, Stage1},
 };
 use crate::{
-    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, SUPERPAGE_SIZE},
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, SUPERPAGE_SIZE, subpage_index},
     validate::ConfigError,
 };
 
@@ -47,6 +47,28 @@ pub struct Sample {
     pub kind: AccessKind,
     /// Accesses this sample stands for (the sampling period); 0 counts as 1.
     pub weight: u32,
+}
+
+impl Sample {
+    /// One sampled load of `addr`, standing for one access.
+    #[must_use]
+    pub const fn load(addr: u64) -> Self {
+        Self {
+            addr,
+            kind: AccessKind::Load,
+            weight: 1,
+        }
+    }
+
+    /// One sampled store to `addr`, standing for one access.
+    #[must_use]
+    pub const fn store(addr: u64) -> Self {
+        Self {
+            addr,
+            kind: AccessKind::Store,
+            weight: 1,
+        }
+    }
 }
 
 /// One DAMON region at the end of an aggregation interval. DAMON gives no per-4 KiB detail, so
@@ -215,7 +237,7 @@ impl Engine {
         }
         let slot = rec.slot;
         if slot != NO_SLOT {
-            let page = ((addr >> 12) as usize) & (SUBPAGES - 1);
+            let page = subpage_index(addr);
             self.stage2.add(slot, page, write, w);
             self.stage2.note_sample(slot, page);
         }
@@ -249,7 +271,7 @@ impl Engine {
                 rec.ivl_r = rec.ivl_r.saturating_add(add);
                 let slot = rec.slot;
                 if slot != NO_SLOT {
-                    let first = ((addr >> 12) as usize) & (SUBPAGES - 1);
+                    let first = subpage_index(addr);
                     for page in first..first + pages as usize {
                         self.stage2.add(slot, page, false, per_page);
                     }

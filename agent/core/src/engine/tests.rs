@@ -22,22 +22,6 @@ fn new_engine(config: EngineConfig) -> Engine {
     Engine::new(config, MEMOS_READ_WRITE_RATIO).unwrap()
 }
 
-fn load(addr: u64) -> Sample {
-    Sample {
-        addr,
-        kind: AccessKind::Load,
-        weight: 1,
-    }
-}
-
-fn store(addr: u64) -> Sample {
-    Sample {
-        addr,
-        kind: AccessKind::Store,
-        weight: 1,
-    }
-}
-
 fn record(e: &Engine, addr: u64) -> superpage::SuperpageRecord {
     let idx = e.stage1.find(addr >> 21).expect("record");
     e.stage1.records()[idx]
@@ -52,7 +36,12 @@ fn ingest_keeps_reads_and_writes_apart() {
         weight: 0,
     };
     e.observe(
-        Observations::Samples(&[load(0x20_0000), store(0x20_1000), store(0x20_2000), unknown]),
+        Observations::Samples(&[
+            Sample::load(0x20_0000),
+            Sample::store(0x20_1000),
+            Sample::store(0x20_2000),
+            unknown,
+        ]),
         MS,
     );
     let r = record(&e, 0x20_0000);
@@ -73,7 +62,7 @@ fn ingest_keeps_reads_and_writes_apart() {
 #[test]
 fn intervals_close_on_time_and_cool() {
     let mut e = new_engine(cfg());
-    e.observe_samples(&[load(0); 8], Duration::ZERO);
+    e.observe_samples(&[Sample::load(0); 8], Duration::ZERO);
     e.tick(49 * MS);
     assert_eq!(e.stats().intervals, 0);
     e.tick(50 * MS);
@@ -96,9 +85,9 @@ fn write_weight_ranks_stage1_and_top_n_gets_stage2() {
     };
     let mut e = new_engine(c);
     // Superpage 1: 5 reads; superpage 2: 3 writes (weighted 6); superpage 3: 4 reads.
-    let mut s = vec![load(SUPERPAGE_SIZE); 5];
-    s.extend([store(2 * SUPERPAGE_SIZE); 3]);
-    s.extend([load(3 * SUPERPAGE_SIZE); 4]);
+    let mut s = vec![Sample::load(SUPERPAGE_SIZE); 5];
+    s.extend([Sample::store(2 * SUPERPAGE_SIZE); 3]);
+    s.extend([Sample::load(3 * SUPERPAGE_SIZE); 4]);
     e.observe_samples(&s, MS);
     e.tick(50 * MS);
     let with_slot: Vec<u64> = e
@@ -112,9 +101,9 @@ fn write_weight_ranks_stage1_and_top_n_gets_stage2() {
     // Stage 2 now counts per 4 KiB page of the selected superpages only.
     e.observe_samples(
         &[
-            load(SUPERPAGE_SIZE + 5 * PAGE_SIZE),
-            store(2 * SUPERPAGE_SIZE + 7 * PAGE_SIZE),
-            load(3 * SUPERPAGE_SIZE),
+            Sample::load(SUPERPAGE_SIZE + 5 * PAGE_SIZE),
+            Sample::store(2 * SUPERPAGE_SIZE + 7 * PAGE_SIZE),
+            Sample::load(3 * SUPERPAGE_SIZE),
         ],
         60 * MS,
     );
@@ -135,9 +124,16 @@ fn cold_superpages_are_forgotten() {
         ..cfg()
     };
     let mut e = new_engine(c);
-    e.observe_samples(&[load(0), load(SUPERPAGE_SIZE), load(SUPERPAGE_SIZE)], MS);
+    e.observe_samples(
+        &[
+            Sample::load(0),
+            Sample::load(SUPERPAGE_SIZE),
+            Sample::load(SUPERPAGE_SIZE),
+        ],
+        MS,
+    );
     for i in 1..=3u64 {
-        e.observe_samples(&[load(SUPERPAGE_SIZE)], ms(i * 50 + 1));
+        e.observe_samples(&[Sample::load(SUPERPAGE_SIZE)], ms(i * 50 + 1));
     }
     assert_eq!(e.stage1.len(), 2);
     e.tick(400 * MS);
@@ -184,15 +180,15 @@ fn damon_regions_spread_over_superpages_and_pages() {
 #[test]
 fn hot_set_statistics_follow_the_70_percent_rule() {
     let mut e = new_engine(EngineConfig { top_n: 1, ..cfg() });
-    e.observe_samples(&[load(0)], MS);
+    e.observe_samples(&[Sample::load(0)], MS);
     e.tick(50 * MS);
     // In superpage 0 (now in stage 2): ten pages × 10 accesses, a hundred pages × 1.
     let mut s = Vec::new();
     for p in 0..10u64 {
-        s.extend([load(p * PAGE_SIZE); 10]);
+        s.extend([Sample::load(p * PAGE_SIZE); 10]);
     }
     for p in 100..200u64 {
-        s.push(load(p * PAGE_SIZE));
+        s.push(Sample::load(p * PAGE_SIZE));
     }
     e.observe_samples(&s, 60 * MS);
     e.tick(100 * MS);
@@ -219,7 +215,7 @@ fn a_sample_storm_over_a_sparse_terabyte_stays_under_the_superpage_cap() {
     let mut rng = SplitMix64::new(7);
     // 2^18 samples, each on a random superpage of 1 TiB (512 Ki superpages): nearly all new.
     let samples: Vec<Sample> = (0..1 << 18)
-        .map(|_| load(0x7f00_0000_0000 + ((rng.next_u64() % TIB) & !(PAGE_SIZE - 1))))
+        .map(|_| Sample::load(0x7f00_0000_0000 + ((rng.next_u64() % TIB) & !(PAGE_SIZE - 1))))
         .collect();
     for (i, batch) in samples.chunks(4096).enumerate() {
         engine.observe_samples(batch, ms(i as u64));
@@ -273,7 +269,7 @@ fn memory_for_a_1_tib_target_is_a_small_fraction_of_naive() {
     };
     let mut e = new_engine(c);
     let samples: Vec<Sample> = (0..512 * 1024u64)
-        .map(|sp| load(sp * SUPERPAGE_SIZE + (sp % 512) * PAGE_SIZE))
+        .map(|sp| Sample::load(sp * SUPERPAGE_SIZE + (sp % 512) * PAGE_SIZE))
         .collect();
     e.observe_samples(&samples, MS);
     e.tick(50 * MS);

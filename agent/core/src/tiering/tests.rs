@@ -28,22 +28,6 @@ fn cfg() -> TieringConfig {
     c
 }
 
-fn load(addr: u64) -> Sample {
-    Sample {
-        addr,
-        kind: AccessKind::Load,
-        weight: 1,
-    }
-}
-
-fn store(addr: u64) -> Sample {
-    Sample {
-        addr,
-        kind: AccessKind::Store,
-        weight: 1,
-    }
-}
-
 /// Feeds `intervals` intervals from `gen` and plans every `epoch` intervals, applying plans to `model`.
 fn drive(
     e: &mut Tiering,
@@ -178,7 +162,7 @@ fn hysteresis_holds_a_promoted_page_for_k_epochs() {
         model.apply(&p);
         p
     };
-    let p = epoch(&mut e, &mut model, &[load(hot); 30]);
+    let p = epoch(&mut e, &mut model, &[Sample::load(hot); 30]);
     assert!(
         p.moves
             .iter()
@@ -197,7 +181,7 @@ fn hysteresis_holds_a_promoted_page_for_k_epochs() {
         ..Plan::default()
     });
     let busy: Vec<Sample> = (0..4096u64)
-        .map(|p| load(32 * MIB + p * PAGE_SIZE % (8 * MIB)))
+        .map(|p| Sample::load(32 * MIB + p * PAGE_SIZE % (8 * MIB)))
         .collect();
     let mut demoted_at = None;
     for k in 2..=5 {
@@ -225,8 +209,8 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
         // Per interval, superpage 1: 16 pages × 4 reads; superpage 2: 16 pages × 1 write.
         // Per byte the reads are worth more, so only the priority puts the writes first.
         for p in 0..16 {
-            s.extend([load(SUPERPAGE_SIZE + p * PAGE_SIZE); 4]);
-            s.push(store(2 * SUPERPAGE_SIZE + p * PAGE_SIZE));
+            s.extend([Sample::load(SUPERPAGE_SIZE + p * PAGE_SIZE); 4]);
+            s.push(Sample::store(2 * SUPERPAGE_SIZE + p * PAGE_SIZE));
         }
         let mut plans = Vec::new();
         for i in 0..40u64 {
@@ -317,7 +301,9 @@ fn epoch_shortens_for_a_shrinking_working_set() {
         let epoch = e.epoch();
         let end = now + epoch;
         while now < end {
-            let s: Vec<Sample> = (0..sps).map(|sp| load(sp * SUPERPAGE_SIZE)).collect();
+            let s: Vec<Sample> = (0..sps)
+                .map(|sp| Sample::load(sp * SUPERPAGE_SIZE))
+                .collect();
             e.observe_samples(&s, now + MS);
             now += 50 * MS;
         }
@@ -361,7 +347,7 @@ fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
     for i in 0..160u64 {
         let s: Vec<Sample> = window(i)
             .iter()
-            .map(|sp| load(sp * SUPERPAGE_SIZE))
+            .map(|sp| Sample::load(sp * SUPERPAGE_SIZE))
             .collect();
         e.observe_samples(&s, ms(i * 50 + 25));
         if (i + 1) % (e.epoch().as_millis() as u64 / 50) == 0 {
@@ -396,7 +382,7 @@ fn epochs_of_a_cyclic_sweep(superpages: u64, fast_bytes: u64) -> Vec<(Duration, 
     for i in 0..superpages * 5 {
         let sp = i % superpages;
         let s: Vec<Sample> = (0..8)
-            .map(|p| load(sp * SUPERPAGE_SIZE + p * PAGE_SIZE))
+            .map(|p| Sample::load(sp * SUPERPAGE_SIZE + p * PAGE_SIZE))
             .collect();
         e.observe_samples(&s, ms(i * 50 + 25));
         let now = ms((i + 1) * 50);

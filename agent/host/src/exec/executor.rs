@@ -22,7 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide_core::units::Direction;
+use memtide_core::units::{Direction, PAGE_SIZE as PAGE, SUBPAGES};
 use serde::{Deserialize, Serialize};
 
 use super::{
@@ -35,9 +35,7 @@ use crate::{
     targets::TargetError,
 };
 
-/// Base page size.
-pub const PAGE: u64 = 4096;
-const PAGES_PER_HUGE: u64 = HUGE_PAGE / PAGE;
+const PAGES_PER_HUGE: u64 = SUBPAGES as u64;
 
 /// One range to move to one node. `start` and `len` are multiples of `granularity`, which is a
 /// multiple of 4 KiB (4 KiB, 64 KiB and 2 MiB in practice).

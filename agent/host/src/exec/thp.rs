@@ -9,10 +9,12 @@
 
 use std::path::PathBuf;
 
+use memtide_core::units::SUPERPAGE_SIZE;
+
 use crate::sysfs::{self, HostRoot};
 
-/// 2 MiB: the PMD huge page size on x86-64 and arm64 with 4 KiB pages.
-pub const HUGE_PAGE: u64 = 2 << 20;
+/// A transparent huge page: a superpage, the PMD size on x86-64 and arm64 with 4 KiB pages.
+pub const HUGE_PAGE: u64 = SUPERPAGE_SIZE;
 
 /// What a split attempt did.
 #[derive(Clone, Debug, PartialEq, Eq)]

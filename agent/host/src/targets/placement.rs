@@ -4,11 +4,10 @@
 
 use std::collections::BTreeMap;
 
+use memtide_core::units::PAGE_SIZE as PAGE;
+
 use super::{Target, TargetError};
 use crate::sys::mempolicy::{self, PageError, PageStatus, Pid};
-
-/// Base page size move_pages works in.
-pub const PAGE: u64 = 4096;
 /// Pages per move_pages query call: large enough that the system call cost is amortised,
 /// small enough to keep the kernel's per-call work (and our status vectors) modest.
 pub const QUERY_BATCH: usize = 1024;
