@@ -53,7 +53,7 @@ fn a_sparse_terabyte_storm_keeps_rss_under_the_cap() {
     let stats = engine.stats();
     assert!(stats.touched_superpages <= cap as u64);
     assert!(stats.untracked_samples > 0);
-    // Records (about 32 bytes) and slots (4 bytes at <= 3/4 load, doubled) per superpage,
+    // Records (40 bytes) and slots (4 bytes at <= 3/4 load, doubled) per superpage,
     // the fixed stage-2 and histogram arrays, and allocator slack.
     let bound = 16 << 20;
     eprintln!(

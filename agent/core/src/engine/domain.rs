@@ -26,6 +26,19 @@ pub fn classify(reads: u64, writes: u64, ratio: u32) -> Domain {
     }
 }
 
+/// Memos' rule over sample counts: a write sample stands for `write_factor` times the accesses
+/// of a read sample (PEBS samples stores at another period than loads).
+#[must_use]
+pub fn classify_samples(reads: u32, writes: u32, ratio: u32, write_factor: f64) -> Domain {
+    if reads == 0 && writes == 0 {
+        Domain::Cold
+    } else if f64::from(reads) > f64::from(ratio) * f64::from(writes) * write_factor {
+        Domain::ReadDominant
+    } else {
+        Domain::WriteDominant
+    }
+}
+
 /// Shifts one interval's domain into the history (bit 0 = latest; 1 = WD).
 #[must_use]
 pub fn push_history(history: u8, domain: Domain) -> u8 {

@@ -3,7 +3,10 @@
 //! 512 Ki-superpage target costs one linear pass per interval. The same histogram answers the
 //! top-N cut-off of stage 1.
 
-/// Counts are bucketed exactly up to this value; larger ones share the last bucket.
+/// Counts are bucketed exactly up to this value; larger ones share the last bucket and tie there
+/// (all of them rank as the hottest). Counts are samples: a superpage's cooled heat reaches
+/// 65,535 only if it takes two thirds of a 1 M samples/s stream (50,000 samples per 50 ms interval), so the ties
+/// are among superpages that are unambiguously hot.
 const BUCKETS: usize = 1 << 16;
 
 /// Result of a coverage query.
@@ -28,6 +31,9 @@ pub(crate) struct Histogram {
     /// counts stay small (the common case: a few samples per superpage per interval) pays
     /// for the buckets it uses, not for all 64 Ki of them 20 times a second.
     used: usize,
+    /// Sum of the counts the last bucket holds, so coverage stays exact in total when counts
+    /// pass the exact range (an epoch's count of a hot superpage can).
+    top_sum: u64,
 }
 
 impl Default for Histogram {
@@ -35,6 +41,7 @@ impl Default for Histogram {
         Self {
             buckets: vec![0; BUCKETS],
             used: 0,
+            top_sum: 0,
         }
     }
 }
@@ -43,6 +50,7 @@ impl Histogram {
     pub(crate) fn clear(&mut self) {
         self.buckets[..=self.used].fill(0);
         self.used = 0;
+        self.top_sum = 0;
     }
 
     pub(crate) fn add(&mut self, count: u32) {
@@ -50,6 +58,9 @@ impl Histogram {
             let b = (count as usize).min(BUCKETS - 1);
             self.buckets[b] = self.buckets[b].saturating_add(1);
             self.used = self.used.max(b);
+            if b == BUCKETS - 1 {
+                self.top_sum += u64::from(count);
+            }
         }
     }
 
@@ -57,11 +68,20 @@ impl Histogram {
         &self.buckets[..=self.used]
     }
 
+    /// Sum of the counts in bucket `v`, which holds `n` units.
+    fn bucket_sum(&self, v: usize, n: u32) -> u64 {
+        if v == BUCKETS - 1 {
+            self.top_sum
+        } else {
+            v as u64 * u64::from(n)
+        }
+    }
+
     /// Smallest set of units, hottest first, whose counts reach `share` of the total.
     pub(crate) fn cover(&self, share: f64) -> Coverage {
         let (mut total, mut touched) = (0u64, 0u64);
         for (v, n) in self.in_use().iter().enumerate() {
-            total += v as u64 * u64::from(*n);
+            total += self.bucket_sum(v, *n);
             touched += u64::from(*n);
         }
         let target = (total as f64 * share).ceil() as u64;
@@ -80,7 +100,8 @@ impl Histogram {
             .rev()
             .filter(|(_, n)| **n > 0)
         {
-            let v64 = v as u64;
+            // The last bucket's units count at their mean.
+            let v64 = self.bucket_sum(v, *n).div_ceil(u64::from(*n));
             let need = (target - c.covered).div_ceil(v64).min(u64::from(*n));
             c.units += need;
             c.covered += need * v64;
@@ -173,6 +194,20 @@ mod tests {
         h.add(70_000);
         assert_eq!(h.cover(1.0).min_count, 65_535);
         assert_eq!(h.cover(1.0).units, 2);
+    }
+
+    #[test]
+    fn counts_past_the_exact_range_keep_their_share_of_the_total() {
+        // An epoch's count of a hot superpage at 1 M samples/s: one unit of 400,000 beside a
+        // hundred of 1,000. The one covers 80 % on its own; clamped to 65,535 it would not.
+        let mut h = Histogram::default();
+        h.add(400_000);
+        for _ in 0..100 {
+            h.add(1_000);
+        }
+        let c = h.cover(0.7);
+        assert_eq!(c.total, 500_000);
+        assert_eq!(c.units, 1);
     }
 
     #[test]

@@ -45,8 +45,50 @@ pub struct Sample {
     pub addr: u64,
     /// Load, store, or unknown (counted as a read).
     pub kind: AccessKind,
-    /// Accesses this sample stands for (the sampling period); 0 counts as 1.
+    /// Accesses this sample stands for (the sampling period); 0 counts as 1. The engine counts
+    /// samples as evidence and uses the weight only to estimate traffic (see [`Units`]).
     pub weight: u32,
+}
+
+impl Sample {
+    /// The engine's view of a ring record: a sample stands for its period (the BPF program stamps
+    /// the sample period as the record's weight).
+    #[must_use]
+    pub fn from_record(record: &memtide_common::AccessSample) -> Self {
+        Self {
+            addr: record.addr,
+            kind: AccessKind::from_u8(record.kind),
+            weight: u32::try_from(record.weight).unwrap_or(u32::MAX).max(1),
+        }
+    }
+}
+
+/// Accesses one sample stands for, by kind: the mean weight of the last interval's read and
+/// write samples (a source may sample loads and stores at different periods: PEBS's defaults
+/// are 64,000 and 1,600,000). Evidence is counted in samples; these turn counts into traffic.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Units {
+    /// Accesses per read (or kind-less) sample.
+    pub read: f64,
+    /// Accesses per write sample.
+    pub write: f64,
+}
+
+impl Default for Units {
+    fn default() -> Self {
+        Self {
+            read: 1.0,
+            write: 1.0,
+        }
+    }
+}
+
+impl Units {
+    /// How many read samples one write sample is worth.
+    #[must_use]
+    pub fn write_factor(&self) -> f64 {
+        self.write / self.read
+    }
 }
 
 impl Sample {
@@ -138,15 +180,16 @@ pub struct Engine {
     /// The hot cut-off of the epoch that ended at the last plan, while its per-record resets
     /// wait for the next pass over the records (the next interval close): ending an epoch then
     /// costs no pass of its own. Views read the records as if the resets were done.
-    epoch_end: Option<u32>,
+    epoch_end: Option<(u32, f64)>,
     intervals: u64,
     next_close: Option<Duration>,
     top_n: usize,
+    /// Weights of the open interval (accesses, for the access rate), and of its read and write
+    /// samples with their counts (for the units).
     interval_weight: u64,
-    interval_samples: u64,
-    /// Counter units one observation adds to a page: the mean sample weight of the last
-    /// interval with samples, or DAMON's per-`nr_accesses` credit.
-    evidence_unit: f64,
+    interval_reads: (u64, u64),
+    interval_writes: (u64, u64),
+    units: Units,
     access_rate: f64,
     hot_cutoff: u32,
     stats: EngineStats,
@@ -170,8 +213,9 @@ impl Engine {
             next_close: None,
             top_n: config.top_n,
             interval_weight: 0,
-            interval_samples: 0,
-            evidence_unit: 1.0,
+            interval_reads: (0, 0),
+            interval_writes: (0, 0),
+            units: Units::default(),
             access_rate: 0.0,
             hot_cutoff: 0,
             stats: EngineStats::default(),
@@ -205,15 +249,23 @@ impl Engine {
                 *f = self.stage1.find(s.addr >> SUPERPAGE_SHIFT);
             }
             for (f, s) in found.iter().zip(group) {
-                let w = s.weight.max(1);
-                self.count(s.addr, *f, s.kind == AccessKind::Store, w);
-                self.interval_weight += u64::from(w);
+                let w = u64::from(s.weight.max(1));
+                let write = s.kind == AccessKind::Store;
+                self.count(s.addr, *f, write);
+                self.interval_weight += w;
+                let kind = if write {
+                    &mut self.interval_writes
+                } else {
+                    &mut self.interval_reads
+                };
+                kind.0 += w;
+                kind.1 += 1;
             }
         }
-        self.interval_samples += samples.len() as u64;
     }
 
-    fn count(&mut self, addr: u64, found: Option<usize>, write: bool, w: u32) {
+    /// One sample: one more count, whatever its weight.
+    fn count(&mut self, addr: u64, found: Option<usize>, write: bool) {
         let sp = addr >> SUPERPAGE_SHIFT;
         let idx = match (found, self.last) {
             (Some(idx), _) => idx,
@@ -228,17 +280,16 @@ impl Engine {
                 idx
             }
         };
-        let w16 = w.min(u32::from(u16::MAX)) as u16;
         let rec = self.stage1.get_mut(idx);
         if write {
-            rec.ivl_w = rec.ivl_w.saturating_add(w16);
+            rec.ivl_w = rec.ivl_w.saturating_add(1);
         } else {
-            rec.ivl_r = rec.ivl_r.saturating_add(w16);
+            rec.ivl_r = rec.ivl_r.saturating_add(1);
         }
         let slot = rec.slot;
         if slot != NO_SLOT {
             let page = subpage_index(addr);
-            self.stage2.add(slot, page, write, w);
+            self.stage2.add(slot, page, write, 1);
             self.stage2.note_sample(slot, page);
         }
     }
@@ -246,11 +297,17 @@ impl Engine {
     /// Credits DAMON regions to the interval that contains `now`.
     pub fn observe_damon(&mut self, regions: &[DamonObservation], now: Duration) {
         self.tick(now);
-        self.evidence_unit = f64::from(self.cfg.damon_weight.max(1));
+        // DAMON's evidence is its checks that found a page accessed; each stands for
+        // `damon_weight` reads.
+        let weight = f64::from(self.cfg.damon_weight.max(1));
+        self.units = Units {
+            read: weight,
+            write: weight,
+        };
         for r in regions {
             let nr = r.nr_accesses.min(r.max_nr_accesses.max(1));
             let per_page = nr.saturating_mul(self.cfg.damon_weight);
-            if per_page == 0 || r.end <= r.start {
+            if nr == 0 || per_page == 0 || r.end <= r.start {
                 continue;
             }
             let mut addr = r.start & !(PAGE_SIZE - 1);
@@ -267,13 +324,13 @@ impl Engine {
                 }
                 let idx = self.stage1.find_or_insert(addr >> SUPERPAGE_SHIFT);
                 let rec = self.stage1.get_mut(idx);
-                let add = u16::try_from(u64::from(per_page) * pages).unwrap_or(u16::MAX);
+                let add = u32::try_from(u64::from(nr) * pages).unwrap_or(u32::MAX);
                 rec.ivl_r = rec.ivl_r.saturating_add(add);
                 let slot = rec.slot;
                 if slot != NO_SLOT {
                     let first = subpage_index(addr);
                     for page in first..first + pages as usize {
-                        self.stage2.add(slot, page, false, per_page);
+                        self.stage2.add(slot, page, false, nr);
                     }
                 }
                 self.interval_weight += u64::from(per_page) * pages;
@@ -307,22 +364,40 @@ impl Engine {
         (self.intervals.wrapping_sub(1) & 0xFFFF) as u16
     }
 
+    /// The units of the interval being closed: its mean weight per read and per write sample
+    /// (kept from before when it had none of a kind).
+    fn update_units(&mut self) {
+        let mean = |(weight, samples): (u64, u64), last: f64| {
+            if samples == 0 {
+                last
+            } else {
+                weight as f64 / samples as f64
+            }
+        };
+        self.units.read = mean(self.interval_reads, self.units.read);
+        self.units.write = mean(self.interval_writes, self.units.write);
+        self.interval_reads = (0, 0);
+        self.interval_writes = (0, 0);
+    }
+
     fn close_intervals(&mut self, steps: u32) {
         let stamp = (self.intervals & 0xFFFF) as u16;
         self.intervals += u64::from(steps);
+        self.update_units();
         let (shift, ratio, ww) = (
             self.cfg.cooling_shift,
             self.read_write_ratio,
             self.cfg.write_weight,
         );
+        let factor = self.units.write_factor();
         let (mut rd, mut wd) = (0, 0);
         self.hist.clear();
         let epoch_end = self.epoch_end.take();
         for rec in self.stage1.records_mut() {
-            if let Some(cutoff) = epoch_end {
-                rec.end_epoch(cutoff);
+            if let Some((cutoff, at_plan)) = epoch_end {
+                rec.end_epoch(cutoff, at_plan);
             }
-            let (domain, gap) = rec.close(shift, steps, stamp, ratio);
+            let (domain, gap) = rec.close(shift, steps, stamp, (ratio, factor));
             match domain {
                 Domain::ReadDominant => rd += 1,
                 Domain::WriteDominant => wd += 1,
@@ -331,7 +406,7 @@ impl Engine {
             if let Some(g) = gap {
                 self.reuse.record(g);
             }
-            self.hist.add(rec.weighted(ww));
+            self.hist.add(rec.weighted(ww, factor));
         }
         self.select_stage2();
         self.forget_cold(self.last_closed_stamp());
@@ -344,20 +419,16 @@ impl Engine {
         } else {
             a * rate + (1.0 - a) * self.access_rate
         };
-        if self.interval_samples > 0 {
-            self.evidence_unit = self.interval_weight as f64 / self.interval_samples as f64;
-        }
         self.interval_weight = 0;
-        self.interval_samples = 0;
         self.update_hot_stats(rd, wd);
     }
 
     /// Gives the top-N superpages stage-2 counters (the histogram holds weighted heats).
     fn select_stage2(&mut self) {
         let (cutoff, mut ties) = self.hist.top(self.top_n);
-        let ww = self.cfg.write_weight;
+        let (ww, factor) = (self.cfg.write_weight, self.units.write_factor());
         for rec in self.stage1.records_mut() {
-            let h = rec.weighted(ww).min(u32::from(u16::MAX));
+            let h = rec.weighted(ww, factor).min(u32::from(u16::MAX));
             let selected = h > cutoff || (h == cutoff && h > 0 && ties > 0);
             if h == cutoff && selected {
                 ties -= 1;
@@ -394,10 +465,10 @@ impl Engine {
     }
 
     fn update_hot_stats(&mut self, rd: u64, wd: u64) {
-        let share = self.cfg.hot_coverage;
+        let (share, factor) = (self.cfg.hot_coverage, self.units.write_factor());
         self.hist.clear();
         for rec in self.stage1.records() {
-            self.hist.add(rec.accesses());
+            self.hist.add(rec.accesses(factor));
         }
         let sp: Coverage = self.hist.cover(share);
         self.hot_cutoff = sp.min_count;
@@ -405,7 +476,7 @@ impl Engine {
         for (slot, _) in self.stage2.live_sorted() {
             let (r, w) = self.stage2.counters(slot);
             for i in 0..SUBPAGES {
-                self.hist.add(subpage::value(r[i]) + subpage::value(w[i]));
+                self.hist.add(subpage::in_read_samples(r[i], w[i], factor));
             }
         }
         let pages = self.hist.cover(share);
@@ -440,7 +511,7 @@ impl Engine {
             reuse: &self.reuse,
             hot_cutoff: self.hot_cutoff,
             access_rate: self.access_rate,
-            evidence_unit: self.evidence_unit,
+            units: self.units,
             interval_stamp: self.last_closed_stamp(),
             epoch_end: self.epoch_end,
         }
@@ -453,7 +524,7 @@ impl Engine {
     /// `adapt_top_n` is on.
     pub fn end_epoch(&mut self, free_superpages: u64) {
         // Records keep their heat until the next close: the resets are exact done then.
-        self.epoch_end = Some(self.hot_cutoff.max(1));
+        self.epoch_end = Some((self.hot_cutoff.max(1), self.units.write_factor()));
         self.reuse.halve();
         self.stage2.cool_all(self.cfg.stage2_cooling_shift);
         if self.cfg.adapt_top_n {

@@ -2,43 +2,58 @@
 //!
 //! Rainbow keeps one 2-byte counter per subpage (15-bit value + overflow flag; overflow means
 //! "definitely hot"). We keep two, reads and writes, because Eq. (1) prices them differently and
-//! Memos classifies by their ratio: 2 KiB per monitored superpage instead of 1 KiB. Counters
-//! accumulate over a migration epoch (the plan reads them as the epoch's C_r and C_w) and are
-//! cooled when the plan has used them.
+//! Memos classifies by their ratio, and each counts *samples* (what the sample stands for is the
+//! engine's per-kind units, `HotnessView::units`). Counters accumulate over a
+//! migration epoch (the plan reads them as the epoch's C_r and C_w) and are cooled when the plan
+//! has used them.
+//!
+//! Bounds: a counter holds 2^31 − 1 samples, then latches its overflow flag (read as 2^31,
+//! "definitely hot") until cooled. The most a page can gather is every sample of an epoch, plus
+//! the cooled half of the epoch before: at 1 M samples/s and the longest default epoch (20 s)
+//! that is 4·10^7, far below the bound. 4 KiB per monitored superpage.
 
 use crate::units::SUBPAGES;
 
 /// Value bits of a stage-2 counter.
-pub const VALUE_MASK: u16 = 0x7FFF;
-/// Set once a counter has overflowed its 15 bits.
-pub const OVERFLOW: u16 = 0x8000;
+pub const VALUE_MASK: u32 = 0x7FFF_FFFF;
+/// Set once a counter has overflowed its 31 bits.
+pub const OVERFLOW: u32 = 0x8000_0000;
 const FREE: u64 = u64::MAX;
 
-/// Adds `w` to a 15-bit counter, latching the overflow flag instead of wrapping.
-pub fn bump(c: &mut u16, w: u32) {
+/// Adds `n` to a 31-bit counter, latching the overflow flag instead of wrapping.
+pub fn bump(c: &mut u32, n: u32) {
     if *c & OVERFLOW != 0 {
         return;
     }
-    let v = u32::from(*c) + w;
-    *c = if v > u32::from(VALUE_MASK) {
+    let v = u64::from(*c) + u64::from(n);
+    *c = if v > u64::from(VALUE_MASK) {
         OVERFLOW | VALUE_MASK
     } else {
-        v as u16
+        v as u32
     };
 }
 
-/// Count a counter stands for; an overflowed one reads as just above the 15-bit maximum.
-pub fn value(c: u16) -> u32 {
-    if c & OVERFLOW != 0 {
-        u32::from(VALUE_MASK) + 1
-    } else {
-        u32::from(c)
-    }
+/// Count a counter stands for; an overflowed one reads as just above the 31-bit maximum.
+pub fn value(c: u32) -> u32 {
+    if c & OVERFLOW != 0 { VALUE_MASK + 1 } else { c }
+}
+
+/// A page's read and write counts together, in read samples (a write sample stands for
+/// `write_factor` times the accesses of a read sample).
+pub fn in_read_samples(reads: u32, writes: u32, write_factor: f64) -> u32 {
+    (f64::from(value(reads)) + write_factor * f64::from(value(writes)))
+        .round()
+        .clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 /// Cools a counter by `shift` bits; overflow is cleared (the count it stood for is cooled too).
-pub fn cool(c: u16, shift: u32) -> u16 {
-    (c & VALUE_MASK).checked_shr(shift).unwrap_or(0)
+/// From 16 bits on the count is forgotten, as stage 1's is.
+pub fn cool(c: u32, shift: u32) -> u32 {
+    if shift >= super::superpage::RESET_SHIFT {
+        0
+    } else {
+        (c & VALUE_MASK) >> shift
+    }
 }
 
 /// The stage-2 table: slot-indexed counters of the monitored superpages.
@@ -46,7 +61,7 @@ pub fn cool(c: u16, shift: u32) -> u16 {
 pub(crate) struct Stage2 {
     sps: Vec<u64>,
     /// Per slot: 512 read counters then 512 write counters.
-    counters: Vec<u16>,
+    counters: Vec<u32>,
     free: Vec<u32>,
     /// Per slot, this epoch's samples: pages seen at least once, at least twice, and the count.
     epoch_seen: Vec<EpochSeen>,
@@ -86,7 +101,7 @@ impl Stage2 {
         self.free.push(slot);
     }
 
-    fn slot_mut(&mut self, slot: u32) -> &mut [u16] {
+    fn slot_mut(&mut self, slot: u32) -> &mut [u32] {
         let base = slot as usize * 2 * SUBPAGES;
         &mut self.counters[base..base + 2 * SUBPAGES]
     }
@@ -133,7 +148,7 @@ impl Stage2 {
         }
     }
 
-    pub(crate) fn counters(&self, slot: u32) -> (&[u16], &[u16]) {
+    pub(crate) fn counters(&self, slot: u32) -> (&[u32], &[u32]) {
         let base = slot as usize * 2 * SUBPAGES;
         self.counters[base..base + 2 * SUBPAGES].split_at(SUBPAGES)
     }
@@ -164,7 +179,7 @@ impl Stage2 {
 
     pub(crate) fn memory_bytes(&self) -> usize {
         self.sps.capacity() * size_of::<u64>()
-            + self.counters.capacity() * size_of::<u16>()
+            + self.counters.capacity() * size_of::<u32>()
             + self.free.capacity() * size_of::<u32>()
             + self.epoch_seen.capacity() * size_of::<EpochSeen>()
     }
@@ -210,27 +225,27 @@ mod tests {
     }
 
     #[test]
-    fn fifteen_bits_then_overflow_latches() {
-        let mut c = 0u16;
-        bump(&mut c, 0x7FFE);
-        assert_eq!(value(c), 0x7FFE);
+    fn thirty_one_bits_then_overflow_latches() {
+        let mut c = 0u32;
+        bump(&mut c, 0x7FFF_FFFE);
+        assert_eq!(value(c), 0x7FFF_FFFE);
         bump(&mut c, 1);
-        assert_eq!((c, value(c)), (0x7FFF, 0x7FFF));
+        assert_eq!((c, value(c)), (0x7FFF_FFFF, 0x7FFF_FFFF));
         bump(&mut c, 1);
         assert_eq!(c, OVERFLOW | VALUE_MASK);
-        assert_eq!(value(c), 0x8000);
+        assert_eq!(value(c), 0x8000_0000);
         bump(&mut c, 1_000_000);
         assert_eq!(c, OVERFLOW | VALUE_MASK);
-        let mut big = 0u16;
+        let mut big = 0u32;
         bump(&mut big, u32::MAX);
-        assert_eq!(value(big), 0x8000);
+        assert_eq!(value(big), 0x8000_0000);
     }
 
     #[test]
     fn cooling_clears_overflow() {
-        assert_eq!(cool(OVERFLOW | VALUE_MASK, 1), 0x3FFF);
+        assert_eq!(cool(OVERFLOW | VALUE_MASK, 1), 0x3FFF_FFFF);
         assert_eq!(cool(3, 1), 1);
-        assert_eq!(cool(OVERFLOW | VALUE_MASK, 15), 0);
+        assert_eq!(cool(OVERFLOW | VALUE_MASK, 16), 0);
         assert_eq!(cool(VALUE_MASK, 40), 0);
     }
 

@@ -1,10 +1,20 @@
 //! Stage 1 of Rainbow's two-stage counting: one record per touched 2 MiB superpage.
 //!
-//! A record holds saturating 16-bit read and write counters for the interval being counted and
-//! their cooled history (`heat = heat >> shift + interval` at each close), Memos' write history,
-//! and the bookkeeping the epoch controller needs. Records live in a `Vec`; an open-addressing
-//! table of `u32` indices (Fibonacci hashing, linear probing) finds them, which costs 4 bytes per
-//! slot instead of a `HashMap`'s 16. Memory is therefore proportional to touched superpages.
+//! A record holds read and write sample counts for the interval being counted and their cooled
+//! history (`heat = heat >> shift + interval` at each close), Memos' write history, and the
+//! bookkeeping the epoch controller needs. Counts are samples, whatever each stands for (the
+//! engine's per-kind units convert them into accesses where traffic matters).
+//!
+//! Bounds: every count is a saturating `u32`. An interval's count is at most the samples of one
+//! interval (at 1 M samples/s and the default 50 ms interval, 5·10^4); the cooled heat at most
+//! twice that (for a cooling shift of 1); the epoch counts at most the samples of one epoch
+//! (2·10^7 at 1 M samples/s and the longest default epoch, 20 s). None comes near 2^32: nothing
+//! saturates at 1 M samples/s, however the samples are spread over the target; past 2^32 a count
+//! stays at its maximum until cooled.
+//!
+//! Records live in a `Vec`; an open-addressing table of `u32` indices (Fibonacci hashing, linear
+//! probing) finds them, which costs 4 bytes per slot instead of a `HashMap`'s 16. Memory is
+//! therefore proportional to touched superpages.
 
 use super::domain::{self, Domain};
 
@@ -26,10 +36,10 @@ pub(crate) const NEEDS_SLOT: u8 = 8;
 pub(crate) struct SuperpageRecord {
     /// Superpage number: address >> 21.
     pub sp: u64,
-    pub heat_r: u16,
-    pub heat_w: u16,
-    pub ivl_r: u16,
-    pub ivl_w: u16,
+    pub heat_r: u32,
+    pub heat_w: u32,
+    pub ivl_r: u32,
+    pub ivl_w: u32,
     /// Uncooled counts since the last plan: what the payback values last plan's moves by (the
     /// cooled heat forgets a sweep's start before the epoch ends).
     pub epoch_r: u32,
@@ -59,14 +69,18 @@ impl SuperpageRecord {
         }
     }
 
-    /// Write-weighted cooled hotness, the stage-1 ranking key.
-    pub(crate) fn weighted(&self, write_weight: u32) -> u32 {
-        u32::from(self.heat_r) + write_weight * u32::from(self.heat_w)
+    /// Write-weighted cooled hotness, the stage-1 ranking key, in read samples: a write sample
+    /// counts `write_factor` read samples (it stands for that many times more accesses).
+    pub(crate) fn weighted(&self, write_weight: u32, write_factor: f64) -> u32 {
+        read_samples(
+            f64::from(self.heat_r)
+                + f64::from(write_weight) * write_factor * f64::from(self.heat_w),
+        )
     }
 
-    /// Unweighted cooled accesses.
-    pub(crate) fn accesses(&self) -> u32 {
-        u32::from(self.heat_r) + u32::from(self.heat_w)
+    /// Cooled accesses, in read samples.
+    pub(crate) fn accesses(&self, write_factor: f64) -> u32 {
+        read_samples(f64::from(self.heat_r) + write_factor * f64::from(self.heat_w))
     }
 
     /// Touched at least once (a later touch is a reuse).
@@ -76,8 +90,8 @@ impl SuperpageRecord {
 
     /// Ends a migration epoch: whether the record is in the hot set (its heat at `cutoff` or
     /// above) becomes last epoch's hot set, and what the epoch counted starts again.
-    pub(crate) fn end_epoch(&mut self, cutoff: u32) {
-        let hot = self.accesses() >= cutoff;
+    pub(crate) fn end_epoch(&mut self, cutoff: u32, write_factor: f64) {
+        let hot = self.accesses(write_factor) >= cutoff;
         self.flags &= !(HOT_PREV | TOUCHED_EPOCH);
         if hot {
             self.flags |= HOT_PREV;
@@ -93,9 +107,9 @@ impl SuperpageRecord {
         shift: u32,
         steps: u32,
         interval: u16,
-        rw_ratio: u32,
+        (rw_ratio, write_factor): (u32, f64),
     ) -> (Domain, Option<u32>) {
-        let domain = domain::classify(u64::from(self.ivl_r), u64::from(self.ivl_w), rw_ratio);
+        let domain = domain::classify_samples(self.ivl_r, self.ivl_w, rw_ratio, write_factor);
         let mut gap = None;
         if domain != Domain::Cold {
             if self.flags & SEEN != 0 {
@@ -110,17 +124,26 @@ impl SuperpageRecord {
         let total = shift.saturating_mul(steps);
         self.heat_r = cool(self.heat_r, total).saturating_add(self.ivl_r);
         self.heat_w = cool(self.heat_w, total).saturating_add(self.ivl_w);
-        self.epoch_r = self.epoch_r.saturating_add(u32::from(self.ivl_r));
-        self.epoch_w = self.epoch_w.saturating_add(u32::from(self.ivl_w));
+        self.epoch_r = self.epoch_r.saturating_add(self.ivl_r);
+        self.epoch_w = self.epoch_w.saturating_add(self.ivl_w);
         self.ivl_r = 0;
         self.ivl_w = 0;
         (domain, gap)
     }
 }
 
-/// `v >> shift`, zero once the shift covers all 16 bits.
-pub(crate) fn cool(v: u16, shift: u32) -> u16 {
-    v.checked_shr(shift).unwrap_or(0)
+/// Cooling by this many bits or more forgets the count (`cooling_shift = 16`: Rainbow's
+/// per-interval counts), as it did when counts had 16 bits.
+pub(crate) const RESET_SHIFT: u32 = 16;
+
+/// `v >> shift`, zero from [`RESET_SHIFT`] bits on.
+pub(crate) fn cool(v: u32, shift: u32) -> u32 {
+    if shift >= RESET_SHIFT { 0 } else { v >> shift }
+}
+
+/// A count in read samples, rounded and clamped to `u32`.
+fn read_samples(x: f64) -> u32 {
+    x.round().clamp(0.0, f64::from(u32::MAX)) as u32
 }
 
 /// All stage-1 records of one target.
@@ -254,49 +277,74 @@ mod tests {
             assert_eq!(s.find(*k).is_some(), k % 2 == 0);
         }
         assert!(s.len() < keys.len());
-        // 32-byte records and 4-byte slots: the memory figures of docs/benchmarks.md.
-        assert_eq!(size_of::<SuperpageRecord>(), 32);
+        // 40-byte records and 4-byte slots: the memory figures of docs/benchmarks.md.
+        assert_eq!(size_of::<SuperpageRecord>(), 40);
     }
 
     #[test]
     fn counters_saturate_and_cool() {
+        let one = (2, 1.0);
         let mut r = SuperpageRecord::new(1);
-        r.ivl_r = u16::MAX;
+        r.ivl_r = 65_535;
         r.ivl_w = 3;
-        r.close(1, 1, 1, 2);
-        assert_eq!((r.heat_r, r.heat_w), (u16::MAX, 3));
+        r.close(1, 1, 1, one);
+        assert_eq!((r.heat_r, r.heat_w), (65_535, 3));
         r.ivl_r = 1;
-        r.close(1, 1, 2, 2);
+        r.close(1, 1, 2, one);
         // 65535 >> 1 = 32767, + 1.
         assert_eq!((r.heat_r, r.heat_w), (32_768, 1));
-        r.ivl_r = u16::MAX;
-        r.close(1, 1, 3, 2);
-        assert_eq!(r.heat_r, u16::MAX);
+        r.ivl_r = 65_535;
+        r.close(1, 1, 3, one);
+        assert_eq!(r.heat_r, 16_384 + 65_535, "no 16-bit ceiling any more");
         // Eight missed intervals at shift 1 divide by 2^8; 16 or more clear.
-        r.close(1, 8, 11, 2);
-        assert_eq!(r.heat_r, 255);
-        r.close(1, 16, 27, 2);
+        r.close(1, 8, 11, one);
+        assert_eq!(r.heat_r, 81_919 >> 8);
+        r.close(1, 16, 27, one);
         assert_eq!((r.heat_r, r.heat_w), (0, 0));
+        // Saturating, never wrapping.
+        r.ivl_r = u32::MAX;
+        r.close(1, 1, 28, one);
+        r.ivl_r = u32::MAX;
+        r.close(1, 1, 29, one);
+        assert_eq!(r.heat_r, u32::MAX);
         assert_eq!(cool(7, 0), 7);
-        assert_eq!(cool(u16::MAX, 16), 0);
-        assert_eq!(cool(u16::MAX, u32::MAX), 0);
+        assert_eq!(cool(u32::MAX, 16), 0);
+        assert_eq!(cool(u32::MAX, u32::MAX), 0);
+    }
+
+    #[test]
+    fn a_write_sample_weighs_as_many_read_samples_as_its_accesses() {
+        let mut r = SuperpageRecord::new(1);
+        r.heat_r = 10;
+        r.heat_w = 2;
+        // Stores sampled 25 times more sparsely than loads: each stands for 25 loads' worth.
+        assert_eq!(r.accesses(25.0), 60);
+        assert_eq!(r.weighted(2, 25.0), 110);
+        assert_eq!(r.accesses(1.0), 12);
+        // 10 reads against 2 writes of 25 each: write-dominant for Memos.
+        r.ivl_r = 10;
+        r.ivl_w = 2;
+        assert_eq!(r.close(1, 1, 1, (2, 25.0)).0, Domain::WriteDominant);
+        r.ivl_r = 10;
+        r.ivl_w = 2;
+        assert_eq!(r.close(1, 1, 2, (2, 1.0)).0, Domain::ReadDominant);
     }
 
     #[test]
     fn close_tracks_domain_history_and_reuse() {
         let mut r = SuperpageRecord::new(1);
         r.ivl_w = 1;
-        assert_eq!(r.close(1, 1, 5, 2), (Domain::WriteDominant, None));
+        assert_eq!(r.close(1, 1, 5, (2, 1.0)), (Domain::WriteDominant, None));
         assert_eq!(r.write_history, 1);
         r.ivl_r = 3;
         r.ivl_w = 1;
-        assert_eq!(r.close(1, 1, 9, 2), (Domain::ReadDominant, Some(4)));
+        assert_eq!(r.close(1, 1, 9, (2, 1.0)), (Domain::ReadDominant, Some(4)));
         assert_eq!(r.write_history, 0b10);
-        assert_eq!(r.close(1, 3, 10, 2), (Domain::Cold, None));
+        assert_eq!(r.close(1, 3, 10, (2, 1.0)), (Domain::Cold, None));
         assert_eq!(r.write_history, 0b1_0000);
         // Interval indices wrap at 2^16.
         r.ivl_r = 1;
-        assert_eq!(r.close(1, 1, 2, 2).1, Some(65_529));
-        assert_eq!(r.weighted(2), u32::from(r.heat_r) + 2 * u32::from(r.heat_w));
+        assert_eq!(r.close(1, 1, 2, (2, 1.0)).1, Some(65_529));
+        assert_eq!(r.weighted(2, 1.0), r.heat_r + 2 * r.heat_w);
     }
 }

@@ -1,7 +1,7 @@
 //! The planner's window on one target's hotness: read-only, as of the last closed interval.
 
 use super::{
-    EngineConfig,
+    EngineConfig, Units,
     reuse::ReuseHistogram,
     subpage::{self, Stage2},
     superpage::{HOT_PREV, Stage1, SuperpageRecord, TOUCHED_EPOCH},
@@ -20,12 +20,12 @@ pub struct HotnessView<'a> {
     pub hot_cutoff: u32,
     /// Smoothed accesses per second (sample weights over interval time).
     pub access_rate: f64,
-    /// Counter units one sample adds (the mean sample weight; DAMON's credit per access).
-    pub evidence_unit: f64,
+    /// Accesses a read and a write sample stand for: what turns counts into traffic.
+    pub units: Units,
     /// Stamp of the last closed interval (what records' `last_touch` is compared with).
     pub interval_stamp: u16,
     /// See `Engine::epoch_end`: resets not yet applied to the records, with this cut-off.
-    pub(super) epoch_end: Option<u32>,
+    pub(super) epoch_end: Option<(u32, f64)>,
 }
 
 impl<'a> HotnessView<'a> {
@@ -51,13 +51,24 @@ impl<'a> HotnessView<'a> {
 
     /// Raw (reads, writes) stage-2 counters of a slot, 512 each; decode with
     /// [`subpage::value`].
-    pub(crate) fn counters(&self, slot: u32) -> (&'a [u16], &'a [u16]) {
+    pub(crate) fn counters(&self, slot: u32) -> (&'a [u32], &'a [u32]) {
         self.stage2.counters(slot)
     }
 
     /// How many pages a slot's accessed pages stand for (Good–Turing coverage of its samples).
     pub(crate) fn density_scale(&self, slot: u32) -> f64 {
         self.stage2.density_scale(slot)
+    }
+
+    /// How many read samples a write sample is worth.
+    #[must_use]
+    pub fn write_factor(&self) -> f64 {
+        self.units.write_factor()
+    }
+
+    /// A record's cooled accesses, in read samples.
+    pub(crate) fn accesses(&self, rec: &SuperpageRecord) -> u32 {
+        rec.accesses(self.write_factor())
     }
 
     /// Stage-2 counts (reads and writes) of `len` bytes at `start` within a slot, and of the
@@ -68,7 +79,7 @@ impl<'a> HotnessView<'a> {
         let pages = ((len / PAGE_SIZE) as usize).min(SUBPAGES - first);
         let sum = |range: std::ops::Range<usize>| -> u32 {
             range
-                .map(|p| subpage::value(r[p]) + subpage::value(w[p]))
+                .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
                 .sum()
         };
         (sum(first..first + pages), sum(0..SUBPAGES))
@@ -77,7 +88,7 @@ impl<'a> HotnessView<'a> {
     /// Whether `rec` was in the hot set when the last epoch ended.
     pub(crate) fn hot_at_last_plan(&self, rec: &SuperpageRecord) -> bool {
         match self.epoch_end {
-            Some(cutoff) => rec.accesses() >= cutoff,
+            Some((cutoff, write_factor)) => rec.accesses(write_factor) >= cutoff,
             None => rec.flags & HOT_PREV != 0,
         }
     }

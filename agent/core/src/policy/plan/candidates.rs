@@ -33,15 +33,18 @@ pub(super) struct Candidate {
 /// What the candidates of one stage-2 superpage are cut from.
 struct RegionCtx<'a> {
     sp: u64,
-    r: &'a [u16],
-    w: &'a [u16],
-    k2: f64,
+    r: &'a [u32],
+    w: &'a [u32],
+    /// Stage-2 counts → reads and writes per epoch (the read and write units times k2).
+    per_read: f64,
+    per_write: f64,
+    write_factor: f64,
     traffic_per_count: f64,
     /// Accessed pages and their density estimate.
     region: &'a ScanRegion,
     /// Pages demoted within the hysteresis window.
     blocked: &'a [u64; 8],
-    /// Raw stage-2 counts a candidate needs (`benefit.min_samples` samples' worth).
+    /// Samples a candidate needs (`benefit.min_samples`).
     min_counts: f64,
     class: WritePrediction,
 }
@@ -81,24 +84,27 @@ impl Planner {
                 _ => WritePrediction::UnWd,
             };
             let (r, w) = hot.counters(slot);
+            let write_factor = hot.write_factor();
             let stage2_total: f64 = r
                 .iter()
-                .chain(w)
-                .map(|c| f64::from(subpage::value(*c)))
+                .zip(w)
+                .map(|(&r, &w)| f64::from(subpage::in_read_samples(r, w, write_factor)))
                 .sum();
             // Stage-1 accesses per stage-2 count: candidate traffic and tier traffic share a scale.
             let traffic_per_count = rec.map_or(0.0, |rec| {
-                f64::from(rec.accesses()) * scale.k1 / stage2_total.max(1.0)
+                f64::from(hot.accesses(rec)) * scale.k1 / stage2_total.max(1.0)
             });
             let ctx = RegionCtx {
                 sp,
                 r,
                 w,
-                k2: scale.k2,
+                per_read: scale.k2 * hot.units.read,
+                per_write: scale.k2 * hot.units.write,
+                write_factor,
                 traffic_per_count,
                 region,
                 blocked: &blocked,
-                min_counts: f64::from(pc.benefit.min_samples) * hot.evidence_unit,
+                min_counts: f64::from(pc.benefit.min_samples),
                 class,
             };
             self.region_candidates(pc, costs, target, &ctx, &mut candidates);
@@ -164,16 +170,17 @@ impl Planner {
         pages: usize,
         gran: Granularity,
     ) -> Option<Candidate> {
-        let (mut reads, mut writes, mut counts, mut need) = (0.0, 0.0, 0.0, 0u64);
+        let (mut reads, mut writes, mut counts, mut traffic, mut need) = (0.0, 0.0, 0.0, 0.0, 0u64);
         for p in start_page..start_page + pages {
             if ctx.region.residency.tier(p) == Some(Tier::Slow) {
                 let (cr, cw) = (
                     f64::from(subpage::value(ctx.r[p])),
                     f64::from(subpage::value(ctx.w[p])),
                 );
-                reads += cr * ctx.k2;
-                writes += cw * ctx.k2;
+                reads += cr * ctx.per_read;
+                writes += cw * ctx.per_write;
                 counts += cr + cw;
+                traffic += cr + cw * ctx.write_factor;
                 need += PAGE_SIZE;
             }
         }
@@ -194,7 +201,7 @@ impl Planner {
             reads,
             writes,
             benefit,
-            traffic: counts * ctx.traffic_per_count,
+            traffic: traffic * ctx.traffic_per_count,
             class: ctx.class,
         })
     }

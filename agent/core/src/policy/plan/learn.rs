@@ -33,7 +33,7 @@ impl Planner {
             if rec.seen() {
                 ages.record(u32::from(hot.interval_stamp.wrapping_sub(rec.last_touch)));
             }
-            let is_hot = rec.accesses() >= cutoff;
+            let is_hot = hot.accesses(rec) >= cutoff;
             let was_hot = hot.hot_at_last_plan(rec);
             hot_now += u64::from(is_hot);
             inter += u64::from(is_hot && was_hot);
@@ -113,7 +113,10 @@ impl Planner {
                 }
             }
             let (epoch_r, epoch_w) = hot.epoch_counts(rec);
-            let value = costs.access_value(f64::from(epoch_r) * share, f64::from(epoch_w) * share);
+            let value = costs.access_value(
+                f64::from(epoch_r) * share * hot.units.read,
+                f64::from(epoch_w) * share * hot.units.write,
+            );
             realised += if m.evicted { -value } else { value };
         }
         Some(realised / cost)

@@ -203,13 +203,14 @@ impl Planner {
     pub fn hot_subpages(&self, hot: &HotnessView<'_>, cap: &CapacityView) -> Vec<u64> {
         let costs = CostModel::new(&self.cfg.benefit, cap);
         let k2 = hot.config().stage2_per_epoch();
+        let (per_read, per_write) = (k2 * hot.units.read, k2 * hot.units.write);
         let mut out = Vec::new();
         for (slot, sp) in hot.stage2_superpages() {
             let (r, w) = hot.counters(slot);
             for page in 0..SUBPAGES {
                 let (pr, pw) = (
-                    f64::from(subpage::value(r[page])) * k2,
-                    f64::from(subpage::value(w[page])) * k2,
+                    f64::from(subpage::value(r[page])) * per_read,
+                    f64::from(subpage::value(w[page])) * per_write,
                 );
                 if costs.eq1(pr, pw, PAGE_SIZE) > self.threshold.for_bytes(PAGE_SIZE) {
                     out.push(superpage_base(sp) + page as u64 * PAGE_SIZE);
@@ -281,7 +282,7 @@ impl Planner {
             promote_room,
             (promote_budget, demote_budget),
             traffic.fast,
-            hot.evidence_unit,
+            hot.units.read.min(hot.units.write),
         );
         selection.demote_to_watermark(demand);
         let tolerance = pc.bandwidth.share_tolerance;

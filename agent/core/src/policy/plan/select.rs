@@ -90,8 +90,8 @@ pub(super) struct Selection<'a> {
     demote_budget: u64,
     /// Accesses per epoch the fast tier serves after the moves so far.
     fast_traffic: f64,
-    /// Counter units of one sample: a victim with less than that was never really sampled.
-    evidence_unit: f64,
+    /// Accesses of one sample: a victim with less than that was never really sampled.
+    one_sample: f64,
     swapped: bool,
     out: Outcome,
 }
@@ -111,7 +111,7 @@ impl<'a> Selection<'a> {
         promote_room: u64,
         (promote_budget, demote_budget): (u64, u64),
         fast_traffic: f64,
-        evidence_unit: f64,
+        one_sample: f64,
     ) -> Self {
         Self {
             costs,
@@ -122,7 +122,7 @@ impl<'a> Selection<'a> {
             promote_budget,
             demote_budget,
             fast_traffic,
-            evidence_unit,
+            one_sample,
             swapped: false,
             out: Outcome::default(),
         }
@@ -230,7 +230,7 @@ impl<'a> Selection<'a> {
             u64::try_from(self.room + i128::from(freed) - i128::from(c.need)).unwrap_or(0);
         let (gr, gw, gneed, gcount) = riders(
             later,
-            if vr + vw < self.evidence_unit {
+            if vr + vw < self.one_sample {
                 surplus
             } else {
                 0

@@ -8,7 +8,7 @@
 use super::{Planner, Scale};
 use crate::{
     engine::{
-        HotnessView,
+        HotnessView, Units,
         domain::{self, Domain},
         subpage,
         superpage::{NO_SLOT, SuperpageRecord},
@@ -72,8 +72,10 @@ pub(super) struct Traffic {
 struct SuperpageVictims<'a> {
     rec: &'a SuperpageRecord,
     residency: Residency,
-    /// Accesses per epoch on the stage-1 scale.
+    /// Accesses per epoch on the stage-1 scale (read samples).
     accesses: f64,
+    /// What a sample stands for.
+    units: Units,
     /// Pages promoted within the hysteresis window (not victims).
     recent: [u64; 8],
     read_dominant: bool,
@@ -128,7 +130,7 @@ impl Planner {
         let mut victims = Vec::new();
         let mut traffic = Traffic::default();
         for rec in hot.superpages() {
-            let acc = f64::from(rec.accesses()) * scale.k1;
+            let acc = f64::from(hot.accesses(rec)) * scale.k1;
             traffic.total += acc;
             let residency = view.residency(superpage_base(rec.sp));
             if residency.fast_pages() == 0 {
@@ -140,16 +142,18 @@ impl Planner {
                 rec,
                 residency,
                 accesses: acc,
+                units: hot.units,
                 recent: self.marks.reversed_pages(
                     rec.sp,
                     Direction::Demote,
                     epoch,
                     pc.capacity.hysteresis_epochs,
                 ),
-                read_dominant: domain::classify(
-                    u64::from(rec.heat_r),
-                    u64::from(rec.heat_w),
+                read_dominant: domain::classify_samples(
+                    rec.heat_r,
+                    rec.heat_w,
                     pc.rw.read_write_ratio,
+                    hot.write_factor(),
                 ) == Domain::ReadDominant,
             };
             if rec.slot == NO_SLOT {
@@ -182,38 +186,37 @@ impl Planner {
         // victim (it would hand the watermark whole superpages of it).
         let page_thr = self.cfg.benefit.threshold_ns;
         let (r, w) = hot.counters(sv.rec.slot);
-        let total: f64 = r
-            .iter()
-            .chain(w)
-            .map(|c| f64::from(subpage::value(*c)))
-            .sum::<f64>()
-            * k2;
+        let factor = sv.units.write_factor();
+        let samples = |p: usize| f64::from(subpage::in_read_samples(r[p], w[p], factor));
+        let total: f64 = (0..SUBPAGES).map(samples).sum::<f64>() * k2;
+        // Stage-1 traffic per stage-2 read sample: the superpage's traffic shared by its pages.
         let per = sv.accesses / total.max(1.0);
         let page = |p: usize| {
             (
-                f64::from(subpage::value(r[p])) * k2,
-                f64::from(subpage::value(w[p])) * k2,
+                f64::from(subpage::value(r[p])) * k2 * sv.units.read,
+                f64::from(subpage::value(w[p])) * k2 * sv.units.write,
+                samples(p) * k2 * per,
             )
         };
         let is_hot = |p: usize| {
-            let (pr, pw) = page(p);
+            let (pr, pw, _) = page(p);
             costs.eq1(pr, pw, PAGE_SIZE) > page_thr
         };
         let sum = |first: usize, n: usize| {
             (first..first + n)
                 .map(page)
-                .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
+                .fold((0.0, 0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
         };
         if sv.whole_fast_and_settled() && !(0..SUBPAGES).any(is_hot) {
-            let (reads, writes) = sum(0, SUBPAGES);
-            victims.push(sv.whole(reads, writes, (reads + writes) * per));
+            let (reads, writes, traffic) = sum(0, SUBPAGES);
+            victims.push(sv.whole(reads, writes, traffic));
         } else {
             runs(
                 &sv.residency,
                 |p| sv.settled(p) && !is_hot(p),
                 |first, n| {
-                    let (reads, writes) = sum(first, n);
-                    victims.push(sv.run(first, n, reads, writes, (reads + writes) * per));
+                    let (reads, writes, traffic) = sum(first, n);
+                    victims.push(sv.run(first, n, reads, writes, traffic));
                 },
             );
         }
@@ -273,23 +276,29 @@ impl Planner {
 /// The victims of a superpage without stage-2 counters: its stage-1 heat spread evenly over its
 /// settled fast pages.
 fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>) {
-    let per_page = |n: usize| {
-        let f = n as f64 / SUBPAGES as f64;
+    let share = |n: usize| n as f64 / SUBPAGES as f64;
+    let victim = |first: usize, n: usize| {
+        let f = k1 * share(n);
+        let (reads, writes) = (f64::from(sv.rec.heat_r) * f, f64::from(sv.rec.heat_w) * f);
+        let traffic = reads + writes * sv.units.write_factor();
         (
-            f64::from(sv.rec.heat_r) * k1 * f,
-            f64::from(sv.rec.heat_w) * k1 * f,
+            reads * sv.units.read,
+            writes * sv.units.write,
+            traffic,
+            first,
+            n,
         )
     };
     if sv.whole_fast_and_settled() {
-        let (reads, writes) = per_page(SUBPAGES);
-        victims.push(sv.whole(reads, writes, reads + writes));
+        let (reads, writes, traffic, _, _) = victim(0, SUBPAGES);
+        victims.push(sv.whole(reads, writes, traffic));
     } else {
         runs(
             &sv.residency,
             |p| sv.settled(p),
             |first, n| {
-                let (reads, writes) = per_page(n);
-                victims.push(sv.run(first, n, reads, writes, reads + writes));
+                let (reads, writes, traffic, first, n) = victim(first, n);
+                victims.push(sv.run(first, n, reads, writes, traffic));
             },
         );
     }
@@ -301,9 +310,10 @@ fn fast_fraction(hot: &HotnessView<'_>, slot: u32, res: &Residency) -> f64 {
         return f64::from(res.fast_pages()) / SUBPAGES as f64;
     }
     let (r, w) = hot.counters(slot);
+    let factor = hot.write_factor();
     let (mut fast, mut all) = (0.0, 0.0);
     for p in 0..SUBPAGES {
-        let c = f64::from(subpage::value(r[p]) + subpage::value(w[p]));
+        let c = f64::from(subpage::in_read_samples(r[p], w[p], factor));
         all += c;
         if res.tier(p) == Some(Tier::Fast) {
             fast += c;
