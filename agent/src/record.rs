@@ -146,6 +146,8 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     };
     let meta = TraceMeta {
         record_weight: u32::try_from(period).unwrap_or(u32::MAX),
+        // PEBS (ldlat) and IBS (l3missonly) samples are the accesses the caches missed.
+        past_caches: matches!(kind, SourceKind::Pebs | SourceKind::Ibs),
         ..TraceMeta::default()
     };
     let mut writer = TraceFile::create(&partial, &meta).map_err(output)?;

@@ -155,6 +155,11 @@ impl<S: BatchSink> Router<S> {
             self.local.malformed += 1;
             return;
         };
+        self.push(sample);
+    }
+
+    /// Queues one decoded record for its process (the simulator's samplers enter here).
+    pub fn push(&mut self, sample: AccessSample) {
         self.local.decoded += 1;
         let slot = match self.last {
             Some((pid, slot)) if pid == sample.pid => Some(slot),

@@ -13,6 +13,7 @@ use super::{
     PolicyName,
     model::PresetName,
     run::{FastSize, SimConfig},
+    sampler::SamplerName,
     trace::{FileTrace, Format, RecordSource as _, native::NativeWriter},
     workload::{GenSpec, Generator, Workload},
 };
@@ -40,9 +41,17 @@ pub struct SimArgs {
     #[arg(long, value_name = "BYTES")]
     pub fast_capacity: Option<u64>,
 
-    /// Keep 1 in N records as PEBS-like samples for the policies.
+    /// One sample per N records on average for the sampling policies (every sampler but
+    /// swfault).
     #[arg(long, value_name = "N", default_value_t = 4)]
     pub sample_rate: u32,
+
+    /// What the sampling source delivers: `ideal` (1 in N records, kind kept), `pebs` (loads
+    /// past L2 and stores at the default period ratio), `ibs` (ops past L3, no kind) or
+    /// `swfault` (first-touch page faults). pebs and ibs deliver as many samples as ideal; see
+    /// docs/evaluation.md "Samplers" for the model.
+    #[arg(long, value_enum, default_value = "ideal")]
+    pub sampler: SamplerName,
 
     /// Accesses one trace record stands for (overrides the trace's own; lackey and perf-script
     /// traces declare 1).
@@ -126,6 +135,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         bail!("--sample-rate must be >= 1");
     }
     cfg.sample_rate = args.sample_rate;
+    cfg.sampler = args.sampler;
     cfg.seed = args.seed;
     if args.suite {
         return super::suite::run_suite(args, &cfg);
@@ -174,6 +184,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
             r.all_fast_time_s,
             r.relative_time,
         );
+        println!("  sampler {}  samples {}", r.sampler, r.samples);
         if r.skipped_lines > 0 {
             println!("  skipped malformed lines: {}", r.skipped_lines);
         }

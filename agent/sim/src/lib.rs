@@ -15,6 +15,7 @@ pub mod model;
 pub mod oracle;
 pub mod policy;
 pub mod run;
+pub mod sampler;
 pub mod suite;
 pub mod svg;
 pub mod trace;

@@ -15,10 +15,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::{RecordSource, TraceError, TraceRecord, TraceSpec},
 };
-use memtide_core::{
-    engine::Sample,
-    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier},
-};
+use memtide_common::AccessSample;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
 pub struct Oracle {
     ahead: Box<dyn RecordSource>,
@@ -169,7 +167,7 @@ impl SimPolicy for Oracle {
         }
     }
 
-    fn observe(&mut self, _: &[TraceRecord], _: &[Sample], _: &TierModel, _: Clock) {}
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
 
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         if self.done || clock.records < self.next_boundary {

@@ -14,8 +14,8 @@ use super::{
     model::{Preset, TierModel},
     trace::TraceRecord,
 };
+use memtide_common::AccessSample;
 use memtide_core::{
-    engine::Sample,
     tiering::{Tiering, TieringConfig},
     units::{Direction, Granularity, PAGE_SIZE, Tier},
 };
@@ -40,11 +40,12 @@ pub trait SimPolicy: Send {
     }
 
     /// The records of the last batch (every access: page-table based policies see them through
-    /// hint faults and accessed bits) and the PEBS-like samples drawn from them.
+    /// hint faults and accessed bits) and the samples the source delivered from them, as
+    /// decoded ring records.
     fn observe(
         &mut self,
         batch: &[TraceRecord],
-        samples: &[Sample],
+        samples: &[AccessSample],
         model: &TierModel,
         clock: Clock,
     );
@@ -134,16 +135,18 @@ impl SimPolicy for EnginePolicy {
         self.name.clone()
     }
 
-    fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, clock: Clock) {
-        self.tiering.observe_samples(samples, clock.now);
+    fn observe(
+        &mut self,
+        _: &[TraceRecord],
+        samples: &[AccessSample],
+        _: &TierModel,
+        clock: Clock,
+    ) {
+        self.tiering.observe_records(samples, clock.now);
     }
 
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
-        let due = self
-            .tiering
-            .next_plan_at()
-            .unwrap_or_else(|| self.tiering.epoch());
-        if clock.now < due {
+        if clock.now < self.tiering.next_plan_due(Duration::ZERO) {
             return;
         }
         let plan = self.tiering.plan(clock.now, &*model, &model.capacity());

@@ -4,21 +4,22 @@
 //! Time: one record stands for `record_weight` accesses (the trace's declared sampling), and the
 //! policies' clock advances a nominal [`SimConfig::access_ns`] per access, so a trace of
 //! `n` records spans `n × record_weight × access_ns` of program time whatever the policy does.
-//! Every `sample_rate`-th record on average (drawn with a seeded generator) becomes a PEBS-like
-//! sample of weight `sample_rate × record_weight` for the sampling policies.
+//! The sampling policies see what [`SimConfig::sampler`] delivers ([`super::sampler`]), routed
+//! as decoded ring records through the core's router, as the daemon's are.
 
-use std::time::Duration;
+use std::{sync::Arc, time::Duration};
 
 use serde::Serialize;
 
 use super::{
     model::{Migrations, Preset, TierModel},
     policy::{Clock, SimPolicy},
-    trace::{TraceError, TraceRecord, TraceSpec},
+    sampler::{Collected, FilterCounter, FilterCounts, SIM_PID, Sampler, SamplerName},
+    trace::{TraceError, TraceMeta, TraceRecord, TraceSpec},
 };
+use memtide_common::AccessSample;
 use memtide_core::{
-    engine::Sample,
-    testgen::SplitMix64,
+    ingest::{IngestCounters, Router},
     units::{PAGE_SIZE, SUPERPAGE_SIZE},
 };
 
@@ -41,7 +42,9 @@ pub enum FastSize {
 pub struct SimConfig {
     pub preset: Preset,
     pub fast: FastSize,
-    /// Keep 1 in this many records as samples for the policies.
+    /// Where the policies' samples come from.
+    pub sampler: SamplerName,
+    /// One sample per this many records on average (every sampler but `swfault`).
     pub sample_rate: u32,
     pub seed: u64,
     /// Nominal time per access for the policies' clock, ns. Default 250.
@@ -58,6 +61,7 @@ impl SimConfig {
         Self {
             preset,
             fast: FastSize::Ratio(0.25),
+            sampler: SamplerName::Ideal,
             sample_rate: 4,
             seed: 1,
             access_ns: 250.0,
@@ -67,16 +71,19 @@ impl SimConfig {
     }
 }
 
-/// A trace's footprint: superpages touched (THP-backed bytes) and record count.
+/// A trace's footprint: superpages touched (THP-backed bytes), record count, and what the
+/// samplers' cache filters pass.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 pub struct Footprint {
     pub bytes: u64,
     pub records: u64,
+    pub filters: FilterCounts,
 }
 
 /// Measures a trace's footprint with one pass (memory proportional to the footprint).
 pub fn measure_footprint(spec: &dyn TraceSpec) -> Result<Footprint, TraceError> {
     let mut src = spec.open()?;
+    let mut filters = FilterCounter::new(src.meta());
     let mut seen = super::model::SpMap::<()>::default();
     let mut buf = Vec::with_capacity(BATCH * 8);
     let mut records = 0;
@@ -88,6 +95,7 @@ pub fn measure_footprint(spec: &dyn TraceSpec) -> Result<Footprint, TraceError> 
         }
         records += buf.len() as u64;
         for r in &buf {
+            filters.count(r);
             let sp = r.addr / SUPERPAGE_SIZE;
             if sp != last {
                 seen.insert(sp, ());
@@ -98,6 +106,7 @@ pub fn measure_footprint(spec: &dyn TraceSpec) -> Result<Footprint, TraceError> 
     Ok(Footprint {
         bytes: seen.len() as u64 * SUPERPAGE_SIZE,
         records,
+        filters: filters.counts,
     })
 }
 
@@ -133,7 +142,11 @@ pub struct SimResult {
     pub mlp: u32,
     pub footprint_bytes: u64,
     pub fast_capacity_bytes: u64,
+    /// The source the samples came from (`ideal`, `pebs`, `ibs`, `swfault`).
+    pub sampler: &'static str,
     pub sample_rate: u32,
+    /// Samples the policies received.
+    pub samples: u64,
     pub fast_hit_ratio: f64,
     /// Share of writes served by the fast tier.
     pub fast_write_ratio: f64,
@@ -173,6 +186,150 @@ struct Window {
     lat_all_fast: f64,
 }
 
+/// What the accesses cost: hits, the projected time window by window, the hit-ratio timeline.
+struct Accounting {
+    preset: Preset,
+    /// Accesses per record.
+    k: f64,
+    mlp: f64,
+    win: Window,
+    time_ns: f64,
+    all_fast_ns: f64,
+    records: u64,
+    hits: u64,
+    writes: u64,
+    fast_writes: u64,
+    timeline_every: u64,
+    timeline_window: (u64, u64),
+    timeline: Vec<f64>,
+}
+
+impl Accounting {
+    fn new(preset: Preset, meta: &TraceMeta, timeline_every: u64) -> Self {
+        Self {
+            preset,
+            k: f64::from(meta.record_weight),
+            mlp: f64::from(meta.mlp.max(1)),
+            win: Window::default(),
+            time_ns: 0.0,
+            all_fast_ns: 0.0,
+            records: 0,
+            hits: 0,
+            writes: 0,
+            fast_writes: 0,
+            timeline_every,
+            timeline_window: (0, 0),
+            timeline: Vec::new(),
+        }
+    }
+
+    /// One record, served by the fast tier or not, through a huge mapping or not.
+    fn access(&mut self, fast: bool, huge: bool, write: bool) {
+        let p = &self.preset;
+        self.win.n += 1;
+        self.win.fast += u64::from(fast);
+        self.win.lat += p.latency(fast, write) + if huge { 0.0 } else { p.tlb_4k_ns };
+        self.win.lat_all_fast += p.latency(true, write);
+        self.records += 1;
+        self.hits += u64::from(fast);
+        self.writes += u64::from(write);
+        self.fast_writes += u64::from(write && fast);
+        let (n, hits) = &mut self.timeline_window;
+        *n += 1;
+        *hits += u64::from(fast);
+        if *n == self.timeline_every {
+            self.timeline.push(*hits as f64 / *n as f64);
+            self.timeline_window = (0, 0);
+        }
+        if self.win.n == TIME_WINDOW {
+            self.close_window();
+        }
+    }
+
+    fn close_window(&mut self) {
+        let (w, p, k) = (&self.win, &self.preset, self.k);
+        if w.n == 0 {
+            return;
+        }
+        let n = w.n as f64 * k;
+        let fast_b = w.fast as f64 * k * LINE;
+        let slow_b = (w.n - w.fast) as f64 * k * LINE;
+        // `mlp` independent streams overlap their compute and their misses (leading loads per
+        // stream); the tiers' bandwidths bound the window from below (roofline).
+        self.time_ns += ((n * p.compute_ns + w.lat * k) / self.mlp)
+            .max(fast_b / p.fast_gbps)
+            .max(slow_b / p.slow_gbps);
+        self.all_fast_ns +=
+            ((n * p.compute_ns + w.lat_all_fast * k) / self.mlp).max(n * LINE / p.fast_gbps);
+        self.win = Window::default();
+    }
+
+    fn finish(&mut self) {
+        self.close_window();
+        let (n, hits) = self.timeline_window;
+        if n > 0 {
+            self.timeline.push(hits as f64 / n as f64);
+        }
+    }
+}
+
+/// The source's samples on their way to the policy: sampler, then the core's router (one
+/// route, this replay's process), as the daemon's ring records go.
+struct SampleStream {
+    sampler: Sampler,
+    router: Router<Collected>,
+    delivered: Collected,
+}
+
+impl SampleStream {
+    fn new(sampler: Sampler) -> Self {
+        let delivered = Collected::default();
+        let mut router = Router::new(BATCH, Arc::new(IngestCounters::default()));
+        router.add_route(SIM_PID, delivered.clone());
+        Self {
+            sampler,
+            router,
+            delivered,
+        }
+    }
+
+    fn offer(&mut self, r: &TraceRecord, first_touch: bool) {
+        if let Some(sample) = self.sampler.sample(r, first_touch) {
+            self.router.push(sample);
+        }
+    }
+
+    /// Everything sampled since the last call, in order.
+    fn take(&mut self, out: &mut Vec<AccessSample>) {
+        self.router.flush();
+        out.clear();
+        self.delivered.drain_into(out);
+    }
+}
+
+/// The model's index of `r`'s superpage, mapping it (where the policy places it) at its first
+/// touch; `last` caches the previous record's superpage. True when this was the first touch.
+fn locate(
+    model: &mut TierModel,
+    policy: &mut dyn SimPolicy,
+    last: &mut (u64, usize),
+    r: &TraceRecord,
+) -> (usize, bool) {
+    let sp = r.addr / SUPERPAGE_SIZE;
+    if sp == last.0 {
+        return (last.1, false);
+    }
+    let (idx, first) = match model.find(sp) {
+        Some(i) => (i, false),
+        None => {
+            let tier = policy.place(sp, model);
+            (model.map(sp, tier), true)
+        }
+    };
+    *last = (sp, idx);
+    (idx, first)
+}
+
 /// Replays `spec` through `policy`.
 pub fn run(
     spec: &dyn TraceSpec,
@@ -184,149 +341,121 @@ pub fn run(
         None => measure_footprint(spec)?,
     };
     let fast_bytes = fast_bytes(cfg, fp);
-    let p = cfg.preset;
-    let mut model = TierModel::new(p, fast_bytes);
+    let mut model = TierModel::new(cfg.preset, fast_bytes);
     let mut src = spec.open()?;
     let meta = src.meta().clone();
-    let k = f64::from(meta.record_weight);
-    let mlp = f64::from(meta.mlp.max(1));
-    let sample_rate = cfg.sample_rate.max(1);
-    let weight = sample_rate.saturating_mul(meta.record_weight);
-    let mut rng = SplitMix64::new(cfg.seed ^ 0x5eed);
     let timeline_every = (fp.records / cfg.timeline_points.max(1) as u64).max(1);
-
+    let mut acct = Accounting::new(cfg.preset, &meta, timeline_every);
+    let mut stream = SampleStream::new(Sampler::new(
+        cfg.sampler,
+        cfg.sample_rate,
+        &meta,
+        cfg.seed,
+        fp.records,
+        fp.filters,
+    ));
     let mut batch = Vec::with_capacity(BATCH);
     let mut samples = Vec::with_capacity(BATCH);
-    let (mut records, mut hits, mut writes, mut fast_writes) = (0u64, 0u64, 0u64, 0u64);
-    let (mut time_ns, mut all_fast_ns) = (0.0f64, 0.0f64);
-    let mut win = Window::default();
-    let (mut tl_n, mut tl_hits) = (0u64, 0u64);
-    let mut timeline = Vec::new();
     let mut last: (u64, usize) = (u64::MAX, 0);
-    let close = |w: &mut Window, time: &mut f64, all: &mut f64| {
-        if w.n == 0 {
-            return;
-        }
-        let n = w.n as f64 * k;
-        let fast_b = w.fast as f64 * k * LINE;
-        let slow_b = (w.n - w.fast) as f64 * k * LINE;
-        // `mlp` independent streams overlap their compute and their misses (leading loads per
-        // stream); the tiers' bandwidths bound the window from below (roofline).
-        *time += ((n * p.compute_ns + w.lat * k) / mlp)
-            .max(fast_b / p.fast_gbps)
-            .max(slow_b / p.slow_gbps);
-        *all += ((n * p.compute_ns + w.lat_all_fast * k) / mlp).max(n * LINE / p.fast_gbps);
-        *w = Window::default();
-    };
     loop {
         batch.clear();
         if src.fill(&mut batch, BATCH)? == 0 {
             break;
         }
-        samples.clear();
         for r in &batch {
-            let sp = r.addr / SUPERPAGE_SIZE;
-            let idx = if sp == last.0 {
-                last.1
-            } else {
-                let idx = match model.find(sp) {
-                    Some(i) => i,
-                    None => {
-                        let tier = policy.place(sp, &model);
-                        model.map(sp, tier)
-                    }
-                };
-                last = (sp, idx);
-                idx
-            };
+            let (idx, first_touch) = locate(&mut model, policy, &mut last, r);
             let page = ((r.addr / PAGE_SIZE) % 512) as usize;
             let (fast, huge) = model.touch(idx, page);
-            let w = r.is_write();
-            win.n += 1;
-            win.fast += u64::from(fast);
-            win.lat += p.latency(fast, w) + if huge { 0.0 } else { p.tlb_4k_ns };
-            win.lat_all_fast += p.latency(true, w);
-            hits += u64::from(fast);
-            writes += u64::from(w);
-            fast_writes += u64::from(w && fast);
-            tl_n += 1;
-            tl_hits += u64::from(fast);
-            if tl_n == timeline_every {
-                timeline.push(tl_hits as f64 / tl_n as f64);
-                (tl_n, tl_hits) = (0, 0);
-            }
-            if win.n == TIME_WINDOW {
-                close(&mut win, &mut time_ns, &mut all_fast_ns);
-            }
-            if sample_rate == 1 || rng.below(u64::from(sample_rate)) == 0 {
-                samples.push(Sample {
-                    addr: r.addr,
-                    kind: r.kind,
-                    weight,
-                });
-            }
+            acct.access(fast, huge, r.is_write());
+            stream.offer(r, first_touch);
         }
-        records += batch.len() as u64;
+        stream.take(&mut samples);
         let clock = Clock {
-            now: Duration::from_nanos((records as f64 * k * cfg.access_ns) as u64),
-            records,
+            now: Duration::from_nanos((acct.records as f64 * acct.k * cfg.access_ns) as u64),
+            records: acct.records,
         };
         policy.observe(&batch, &samples, &model, clock);
         policy.step(clock, &mut model);
         // A policy's migrations may have split the cached superpage's mapping; the cache holds
         // only an index, which stays valid.
     }
-    close(&mut win, &mut time_ns, &mut all_fast_ns);
-    if tl_n > 0 {
-        timeline.push(tl_hits as f64 / tl_n as f64);
-    }
-    let m: &Migrations = &model.migrations;
-    let by = |x: &[[u64; 2]; 3]| ByGranularity {
-        k4: x[0][0] + x[0][1],
-        k64: x[1][0] + x[1][1],
-        m2: x[2][0] + x[2][1],
-    };
-    let promoted: u64 = m.bytes.iter().map(|d| d[0]).sum();
-    let demoted: u64 = m.bytes.iter().map(|d| d[1]).sum();
-    let projected = time_ns + m.cost_ns;
-    Ok(SimResult {
-        policy: policy.name(),
-        trace: spec.name(),
-        preset: p.name.name(),
-        records,
-        record_weight: meta.record_weight,
-        mlp: meta.mlp,
-        footprint_bytes: fp.bytes,
-        fast_capacity_bytes: fast_bytes,
-        sample_rate,
-        fast_hit_ratio: ratio(hits, records),
-        fast_write_ratio: ratio(fast_writes, writes),
-        migrated_bytes: promoted + demoted,
-        migrated_bytes_by_granularity: by(&m.bytes),
-        promoted_bytes: promoted,
-        demoted_bytes: demoted,
-        migrations: m.ops.iter().flatten().sum(),
-        migrations_by_granularity: by(&m.ops),
-        tlb_shootdowns: m.shootdowns,
-        huge_page_splits: m.splits,
-        pingpong_pages: m.pingpong_pages,
-        failed_promotions: m.failed_ops,
-        huge_pages_kept: model.huge_pages(),
-        huge_pages_total: model.mapped_superpages(),
-        projected_time_s: projected * 1e-9,
-        all_fast_time_s: all_fast_ns * 1e-9,
-        relative_time: if all_fast_ns > 0.0 {
-            projected / all_fast_ns
-        } else {
-            1.0
-        },
-        access_time_s: time_ns * 1e-9,
-        migration_time_s: m.cost_ns * 1e-9,
-        simulated_clock_s: records as f64 * k * cfg.access_ns * 1e-9,
-        timeline,
+    acct.finish();
+    let replay = Replay {
+        spec,
+        cfg,
+        meta: &meta,
+        fp,
+        fast_bytes,
+        samples: stream.sampler.samples,
         skipped_lines: src.skipped(),
-        policy_info: policy.info(),
-    })
+    };
+    Ok(replay.result(policy, &model, &acct))
+}
+
+/// What a finished replay reports besides the model and the accounting.
+struct Replay<'a> {
+    spec: &'a dyn TraceSpec,
+    cfg: &'a SimConfig,
+    meta: &'a TraceMeta,
+    fp: Footprint,
+    fast_bytes: u64,
+    samples: u64,
+    skipped_lines: u64,
+}
+
+impl Replay<'_> {
+    fn result(&self, policy: &dyn SimPolicy, model: &TierModel, acct: &Accounting) -> SimResult {
+        let m: &Migrations = &model.migrations;
+        let by = |x: &[[u64; 2]; 3]| ByGranularity {
+            k4: x[0][0] + x[0][1],
+            k64: x[1][0] + x[1][1],
+            m2: x[2][0] + x[2][1],
+        };
+        let promoted: u64 = m.bytes.iter().map(|d| d[0]).sum();
+        let demoted: u64 = m.bytes.iter().map(|d| d[1]).sum();
+        let projected = acct.time_ns + m.cost_ns;
+        let records = acct.records;
+        SimResult {
+            policy: policy.name(),
+            trace: self.spec.name(),
+            preset: self.cfg.preset.name.name(),
+            records,
+            record_weight: self.meta.record_weight,
+            mlp: self.meta.mlp,
+            footprint_bytes: self.fp.bytes,
+            fast_capacity_bytes: self.fast_bytes,
+            sampler: self.cfg.sampler.name(),
+            sample_rate: self.cfg.sample_rate.max(1),
+            samples: self.samples,
+            fast_hit_ratio: ratio(acct.hits, records),
+            fast_write_ratio: ratio(acct.fast_writes, acct.writes),
+            migrated_bytes: promoted + demoted,
+            migrated_bytes_by_granularity: by(&m.bytes),
+            promoted_bytes: promoted,
+            demoted_bytes: demoted,
+            migrations: m.ops.iter().flatten().sum(),
+            migrations_by_granularity: by(&m.ops),
+            tlb_shootdowns: m.shootdowns,
+            huge_page_splits: m.splits,
+            pingpong_pages: m.pingpong_pages,
+            failed_promotions: m.failed_ops,
+            huge_pages_kept: model.huge_pages(),
+            huge_pages_total: model.mapped_superpages(),
+            projected_time_s: projected * 1e-9,
+            all_fast_time_s: acct.all_fast_ns * 1e-9,
+            relative_time: if acct.all_fast_ns > 0.0 {
+                projected / acct.all_fast_ns
+            } else {
+                1.0
+            },
+            access_time_s: acct.time_ns * 1e-9,
+            migration_time_s: m.cost_ns * 1e-9,
+            simulated_clock_s: records as f64 * acct.k * self.cfg.access_ns * 1e-9,
+            timeline: acct.timeline.clone(),
+            skipped_lines: self.skipped_lines,
+            policy_info: policy.info(),
+        }
+    }
 }
 
 fn ratio(a: u64, b: u64) -> f64 {
@@ -337,18 +466,18 @@ fn ratio(a: u64, b: u64) -> f64 {
 #[derive(Clone, Debug)]
 pub struct MemTrace {
     pub name: String,
-    pub records: std::sync::Arc<Vec<TraceRecord>>,
-    pub meta: super::trace::TraceMeta,
+    pub records: Arc<Vec<TraceRecord>>,
+    pub meta: TraceMeta,
 }
 
 struct MemSource {
-    records: std::sync::Arc<Vec<TraceRecord>>,
+    records: Arc<Vec<TraceRecord>>,
     pos: usize,
-    meta: super::trace::TraceMeta,
+    meta: TraceMeta,
 }
 
 impl super::trace::RecordSource for MemSource {
-    fn meta(&self) -> &super::trace::TraceMeta {
+    fn meta(&self) -> &TraceMeta {
         &self.meta
     }
 
@@ -368,7 +497,7 @@ impl TraceSpec for MemTrace {
 
     fn open(&self) -> Result<Box<dyn super::trace::RecordSource>, TraceError> {
         Ok(Box::new(MemSource {
-            records: std::sync::Arc::clone(&self.records),
+            records: Arc::clone(&self.records),
             pos: 0,
             meta: self.meta.clone(),
         }))

@@ -166,6 +166,7 @@ impl Generator {
                 record_weight: RECORD_WEIGHT,
                 mlp: spec.workload.mlp(),
                 footprint_hint: footprint,
+                past_caches: true,
             },
             rng: SplitMix64::new(spec.seed ^ 0x6d65_6d74_6964_6500),
             i: 0,

@@ -217,6 +217,7 @@ impl CpuMeter {
 pub struct HttpServer {
     done: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
     cpu: CpuMeter,
+    thread: std::thread::JoinHandle<()>,
 }
 
 impl HttpServer {
@@ -230,7 +231,7 @@ impl HttpServer {
         let cpu = CpuMeter::default();
         let meter = cpu.clone();
         let (done_tx, done) = tokio::sync::oneshot::channel();
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("memtide-http".to_owned())
             .spawn(move || {
                 let result = tokio::runtime::Builder::new_current_thread()
@@ -257,7 +258,7 @@ impl HttpServer {
                 meter.publish_this_thread();
                 let _ = done_tx.send(result);
             })?;
-        Ok(Self { done, cpu })
+        Ok(Self { done, cpu, thread })
     }
 
     /// The server thread's CPU time, for the sampling budget.
@@ -266,14 +267,31 @@ impl HttpServer {
         self.cpu.clone()
     }
 
-    /// Waits up to `grace` for the server to finish after its shutdown signal; an error it
-    /// stopped with is logged.
-    pub async fn finish(self, grace: Duration) {
-        match tokio::time::timeout(grace, self.done).await {
+    /// Waits up to `grace` for the server to finish after its shutdown signal and its thread to
+    /// end; an error it stopped with is logged. Returns whether the thread ended.
+    pub async fn finish(self, grace: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        match tokio::time::timeout_at(deadline, self.done).await {
             Ok(Ok(Err(error))) => tracing::warn!(%error, "the HTTP server stopped with an error"),
             Ok(Ok(Ok(())) | Err(_)) => {}
-            Err(_) => tracing::warn!("the HTTP server did not stop within {grace:?}"),
+            Err(_) => {
+                tracing::warn!("the HTTP server did not stop within {grace:?}");
+                return false;
+            }
         }
+        // The thread has sent its result and is returning: joining it waits only for its exit.
+        let thread = self.thread;
+        let joined = tokio::task::spawn_blocking(move || thread.join().is_ok());
+        matches!(
+            tokio::time::timeout_at(deadline, joined).await,
+            Ok(Ok(true))
+        )
+    }
+
+    /// The server thread's name, as `ps -L` shows it.
+    #[must_use]
+    pub fn thread_name(&self) -> Option<&str> {
+        self.thread.thread().name()
     }
 }
 
@@ -337,29 +355,19 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(body, "ok\n");
-        assert!(threads_named("memtide-http"), "no thread of its own");
+        // Other tests in this binary run servers of their own: look at this server's thread,
+        // not at every thread of that name.
+        assert_eq!(
+            server.thread_name(),
+            Some("memtide-http"),
+            "no thread of its own"
+        );
         stop.send(true).unwrap();
-        server.finish(Duration::from_secs(5)).await;
-        // Published once more as the thread ends: it built a runtime and served a request.
-        assert!(meter.get() > Duration::ZERO);
         assert!(
-            wait_until_gone(|| !threads_named("memtide-http")),
+            server.finish(Duration::from_secs(30)).await,
             "the server thread outlived finish()"
         );
-    }
-
-    fn threads_named(name: &str) -> bool {
-        std::fs::read_dir("/proc/self/task")
-            .into_iter()
-            .flatten()
-            .filter_map(|task| std::fs::read_to_string(task.ok()?.path().join("comm")).ok())
-            .any(|comm| comm.trim() == name)
-    }
-
-    fn wait_until_gone(gone: impl Fn() -> bool) -> bool {
-        (0..100).any(|_| {
-            std::thread::sleep(Duration::from_millis(20));
-            gone()
-        })
+        // Published once more as the thread ends: it built a runtime and served a request.
+        assert!(meter.get() > Duration::ZERO);
     }
 }

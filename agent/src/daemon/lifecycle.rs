@@ -426,6 +426,8 @@ pub(super) async fn shutdown(mut running: Running) {
         let _ = tokio::task::spawn_blocking(move || drop(source)).await;
     }
     let _ = running.http_stop.send(true);
-    running.http.finish(Duration::from_secs(1)).await;
+    if !running.http.finish(Duration::from_secs(1)).await {
+        tracing::warn!("the HTTP server thread had not ended at exit");
+    }
     tracing::info!("memtide stopped");
 }

@@ -359,4 +359,94 @@ mod with_a_fake_source {
         .await;
         daemon.stop().await;
     }
+
+    /// PEBS-shaped records (loads at a period of 64,000, stores at 1,600,000) of a target's
+    /// resident heap, through the fake source's router into the target: its plan must want the
+    /// sampled pages in the fast tier. The machine says node 0, where the memory is, is the slow
+    /// tier; observe mode keeps anything from moving. (The discriminating tests of the
+    /// period's magnitude are memtide-core's `tests/sample_periods.rs`; this one proves the
+    /// daemon's path, ring record to plan, carries PEBS-shaped records.)
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn pebs_periods_through_the_router_make_the_target_plan_promotions() {
+        const HOT_PAGES: u64 = 64;
+        // A shell holding 1 MB in a variable: its heap is resident (glibc's malloc would put
+        // a block this large in a mapping of its own without the threshold).
+        let child = Sleeper(
+            Command::new("sh")
+                .env("MALLOC_MMAP_THRESHOLD_", "16777216")
+                .args([
+                    "-c",
+                    "x=$(head -c 1000000 /dev/zero | tr '\\000' a); sleep 600; echo ${#x}",
+                ])
+                .spawn()
+                .expect("spawn sh"),
+        );
+        let pid = child.pid();
+        let heap = || {
+            let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).ok()?;
+            let line = maps.lines().find(|l| l.ends_with("[heap]"))?;
+            let (start, end) = line.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            ))
+        };
+        eventually("the child's heap to hold the variable", || {
+            heap().is_some_and(|(start, end)| end - start >= (HOT_PAGES + 8) * 4096)
+        })
+        .await;
+        let (heap_start, _) = heap().expect("heap");
+        let base = heap_start + 4 * 4096;
+        let machine = Machine::new(&format!(
+            "observe = true\n[targets]\npids = [{pid}]\n[topology]\nfast_nodes = [1]\nslow_nodes = [0]\n"
+        ));
+        let (daemon, source) = machine.start().await;
+        eventually("the target", || target_pids(&daemon) == [pid]).await;
+
+        let pebs = |addr: u64, kind: AccessKind, weight: u64| AccessSample {
+            weight,
+            kind: kind as u8,
+            source: SampleSource::Pebs as u8,
+            ..sample(pid, addr)
+        };
+        let status = || {
+            daemon
+                .status()
+                .targets
+                .into_iter()
+                .find(|t| t.pid == pid)
+                .unwrap_or_default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while status().would_promote_bytes == 0 {
+            assert!(
+                Instant::now() < deadline,
+                "no promotion planned from PEBS-period samples: {:?}",
+                status()
+            );
+            for round in 0..4u64 {
+                for page in 0..HOT_PAGES - 1 {
+                    let addr = base + page * 4096 + round * 64;
+                    source
+                        .ring
+                        .send(pebs(addr, AccessKind::Load, 64_000))
+                        .unwrap();
+                    if page % 8 == 0 {
+                        source
+                            .ring
+                            .send(pebs(addr, AccessKind::Store, 1_600_000))
+                            .unwrap();
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let planned = status();
+        assert!(
+            planned.would_promote_bytes >= 8 * 4096,
+            "the sampled pages are planned fast: {planned:?}"
+        );
+        assert_eq!(planned.promoted_bytes, 0, "observe mode moves nothing");
+        daemon.stop().await;
+    }
 }

@@ -284,3 +284,28 @@ fn memory_for_a_1_tib_target_is_a_small_fraction_of_naive() {
     let mem = e.memory_bytes() as u64;
     assert!(mem * 16 <= naive, "{mem} bytes vs naive {naive}");
 }
+
+#[test]
+fn a_ring_record_becomes_a_sample_weighing_its_period() {
+    let record = |weight: u64| memtide_common::AccessSample {
+        addr: 0x7000,
+        weight,
+        pid: 1,
+        tid: 1,
+        cpu: 0,
+        kind: AccessKind::Store as u8,
+        source: 0,
+        _pad: [0; 2],
+    };
+    let sample = Sample::from_record(&record(1_600_000));
+    assert_eq!(
+        (sample.addr, sample.kind, sample.weight),
+        (0x7000, AccessKind::Store, 1_600_000)
+    );
+    assert_eq!(
+        Sample::from_record(&record(0)).weight,
+        1,
+        "a period of 0 counts as 1"
+    );
+    assert_eq!(Sample::from_record(&record(u64::MAX)).weight, u32::MAX);
+}

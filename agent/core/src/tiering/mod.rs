@@ -1,12 +1,15 @@
 //! One target's tiering: its [`Engine`] (hotness) and its [`Planner`] (placement), driven in
 //! the one order both the daemon and the simulator use:
-//! samples in ([`Tiering::observe_samples`], [`Tiering::observe_damon`]); at each epoch,
+//! ring records in ([`Tiering::observe_records`], the one place a record becomes an engine
+//! sample) or DAMON regions ([`Tiering::observe_damon`]); when [`Tiering::next_plan_due`] comes,
 //! [`Tiering::plan`] closes the intervals due, lets the planner read the engine, ends the
 //! engine's epoch and hands back the [`Plan`].
 
 mod serde_table;
 
 use std::time::Duration;
+
+use memtide_common::AccessSample;
 
 use crate::{
     engine::{DamonObservation, Engine, EngineConfig, EngineStats, Observations, Sample},
@@ -40,6 +43,8 @@ impl TieringConfig {
 pub struct Tiering {
     engine: Engine,
     planner: Planner,
+    /// Reused by [`Tiering::observe_records`].
+    scratch: Vec<Sample>,
 }
 
 impl Tiering {
@@ -49,6 +54,7 @@ impl Tiering {
         Ok(Self {
             engine,
             planner: Planner::new(config.policy),
+            scratch: Vec::new(),
         })
     }
 
@@ -72,6 +78,14 @@ impl Tiering {
     /// Counts sampled accesses into the interval that contains `now`.
     pub fn observe_samples(&mut self, samples: &[Sample], now: Duration) {
         self.engine.observe_samples(samples, now);
+    }
+
+    /// Counts decoded ring records (as the router delivers them) into the interval that
+    /// contains `now`: each becomes an engine sample through [`Sample::from_record`].
+    pub fn observe_records(&mut self, records: &[AccessSample], now: Duration) {
+        self.scratch.clear();
+        self.scratch.extend(records.iter().map(Sample::from_record));
+        self.engine.observe_samples(&self.scratch, now);
     }
 
     /// Credits DAMON regions to the interval that contains `now`.
@@ -116,6 +130,13 @@ impl Tiering {
     #[must_use]
     pub fn next_plan_at(&self) -> Option<Duration> {
         self.planner.last_plan_at().map(|t| t + self.epoch())
+    }
+
+    /// When the next plan is due for a target first seen at `found`: one epoch after the last
+    /// plan, or one epoch after `found` before the first.
+    #[must_use]
+    pub fn next_plan_due(&self, found: Duration) -> Duration {
+        self.next_plan_at().unwrap_or(found + self.epoch())
     }
 
     /// Addresses of the 4 KiB pages of stage-2 superpages that Eq. (1) classifies hot under the

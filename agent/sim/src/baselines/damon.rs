@@ -25,8 +25,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
+use memtide_common::AccessSample;
 use memtide_core::{
-    engine::Sample,
     testgen::SplitMix64,
     units::{PAGE_SIZE, SUPERPAGE_SIZE, Tier},
 };
@@ -303,7 +303,7 @@ impl SimPolicy for Damon {
         "damon".into()
     }
 
-    fn observe(&mut self, _: &[TraceRecord], _: &[Sample], _: &TierModel, _: Clock) {}
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
 
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         self.sync(model);

@@ -21,10 +21,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
-use memtide_core::{
-    engine::Sample,
-    units::{SUPERPAGE_SIZE, Tier},
-};
+use memtide_common::AccessSample;
+use memtide_core::units::{SUPERPAGE_SIZE, Tier};
 
 const HOT_READ: u32 = 4;
 const HOT_WRITE: u32 = 4;
@@ -72,7 +70,7 @@ impl SimPolicy for HeMem {
         "hemem".into()
     }
 
-    fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, _: Clock) {
+    fn observe(&mut self, _: &[TraceRecord], samples: &[AccessSample], _: &TierModel, _: Clock) {
         for s in samples {
             let sp = s.addr / SUPERPAGE_SIZE;
             let global = self.global;
@@ -81,7 +79,7 @@ impl SimPolicy for HeMem {
             c.reads = c.reads.checked_shr(d).unwrap_or(0);
             c.writes = c.writes.checked_shr(d).unwrap_or(0);
             c.clock = global;
-            if s.kind == memtide_core::engine::AccessKind::Store {
+            if memtide_common::AccessKind::from_u8(s.kind) == memtide_common::AccessKind::Store {
                 c.writes += 1;
             } else {
                 c.reads += 1;

@@ -26,10 +26,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
-use memtide_core::{
-    engine::Sample,
-    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier},
-};
+use memtide_common::AccessSample;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
 const ADAPTATION: u64 = 10_000;
 const COOLING: u64 = 200_000;
@@ -130,7 +128,7 @@ impl SimPolicy for Memtis {
         "memtis".into()
     }
 
-    fn observe(&mut self, _: &[TraceRecord], samples: &[Sample], _: &TierModel, _: Clock) {
+    fn observe(&mut self, _: &[TraceRecord], samples: &[AccessSample], _: &TierModel, _: Clock) {
         for s in samples {
             let c = self
                 .counts

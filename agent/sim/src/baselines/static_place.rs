@@ -13,7 +13,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
-use memtide_core::{engine::Sample, units::Tier};
+use memtide_common::AccessSample;
+use memtide_core::units::Tier;
 
 /// Which placement rule.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -104,7 +105,7 @@ impl SimPolicy for StaticPlacement {
         }
     }
 
-    fn observe(&mut self, _: &[TraceRecord], _: &[Sample], _: &TierModel, _: Clock) {}
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
 
     fn step(&mut self, _: Clock, _: &mut TierModel) {}
 }

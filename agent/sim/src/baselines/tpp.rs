@@ -23,10 +23,8 @@ use crate::{
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
-use memtide_core::{
-    engine::Sample,
-    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier},
-};
+use memtide_common::AccessSample;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
 pub struct Tpp {
     scan_period: Duration,
@@ -132,7 +130,13 @@ impl SimPolicy for Tpp {
         "tpp".into()
     }
 
-    fn observe(&mut self, batch: &[TraceRecord], _: &[Sample], model: &TierModel, clock: Clock) {
+    fn observe(
+        &mut self,
+        batch: &[TraceRecord],
+        _: &[AccessSample],
+        model: &TierModel,
+        clock: Clock,
+    ) {
         while clock.now >= self.round_start + self.scan_period {
             self.round += 1;
             self.round_start += self.scan_period;

@@ -25,6 +25,7 @@ use super::{
     model::PresetName,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
     run::{self, FastSize, Footprint, SimConfig, SimResult},
+    sampler::SamplerName,
     trace::{FileTrace, TraceSpec},
     workload::{GenSpec, Workload},
 };
@@ -51,6 +52,8 @@ enum Choice {
     Named(PolicyName),
     FixedEpoch(u64),
     Share(f64),
+    /// memtide with its samples from this source.
+    Sampled(SamplerName),
 }
 
 impl Choice {
@@ -59,6 +62,7 @@ impl Choice {
             Self::Named(p) => p.name().to_owned(),
             Self::FixedEpoch(ms) => format!("epoch-{ms}ms"),
             Self::Share(f) => format!("f={f:.1}"),
+            Self::Sampled(s) => format!("memtide/{}", s.name()),
         }
     }
 }
@@ -90,6 +94,7 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
             Box::new(EnginePolicy::new(&preset, EngineVariant::FixedEpochMs(ms))?)
         }
         Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
+        Choice::Sampled(_) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
     })
 }
 
@@ -217,6 +222,21 @@ impl Matrix<'_> {
         }
         jobs.extend(self.bandwidth_jobs());
         jobs.extend(self.preset_jobs());
+        jobs.extend(self.sampler_jobs(traces));
+        jobs
+    }
+
+    /// F: memtide on every trace under every sampler, at the suite's sample rate.
+    fn sampler_jobs(&self, traces: &[Arc<dyn TraceSpec>]) -> Vec<Job> {
+        let pmem = (PresetName::Pmem, self.base.fast);
+        let mut jobs = Vec::new();
+        for t in traces {
+            for sampler in SamplerName::ALL {
+                let mut job = self.job("sampler", &t.name(), Choice::Sampled(sampler), pmem);
+                job.cfg.sampler = sampler;
+                jobs.push(job);
+            }
+        }
         jobs
     }
 

@@ -69,6 +69,9 @@ pub struct TraceMeta {
     pub mlp: u32,
     /// Footprint the writer declared, bytes (0 = unknown).
     pub footprint_hint: u64,
+    /// The records are accesses the caches did not serve (LLC misses, or a PMU's filtered
+    /// samples), not every access: the samplers' cache models pass them all.
+    pub past_caches: bool,
 }
 
 impl Default for TraceMeta {
@@ -77,6 +80,7 @@ impl Default for TraceMeta {
             record_weight: 1,
             mlp: 1,
             footprint_hint: 0,
+            past_caches: false,
         }
     }
 }

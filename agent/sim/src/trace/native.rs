@@ -6,7 +6,8 @@
 //!      8    4 version (1)
 //!     12    4 record_weight: accesses one record stands for (>= 1)
 //!     16    4 mlp: memory-level parallelism of the program (>= 1)
-//!     20    4 flags (0; readers reject unknown bits)
+//!     20    4 flags: bit 0 = the records are accesses past the caches (LLC misses);
+//!             readers reject unknown bits
 //!     24    8 footprint_bytes declared by the writer (0 = unknown)
 //!     32    … records, 8 bytes each:
 //!             bits  0..56 address (bits 48..56: process index, 0 for one process)
@@ -42,6 +43,14 @@ fn decode(v: u64, index: u64) -> Result<TraceRecord, TraceError> {
 }
 
 /// Writes records in the native format.
+/// Header flag: the records are accesses past the caches.
+const PAST_CACHES: u32 = 1;
+const KNOWN_FLAGS: u32 = PAST_CACHES;
+
+fn flags(meta: &TraceMeta) -> u32 {
+    if meta.past_caches { PAST_CACHES } else { 0 }
+}
+
 pub struct NativeWriter<W: Write> {
     out: W,
     records: u64,
@@ -54,6 +63,7 @@ impl<W: Write> NativeWriter<W> {
         h[8..12].copy_from_slice(&VERSION.to_le_bytes());
         h[12..16].copy_from_slice(&meta.record_weight.max(1).to_le_bytes());
         h[16..20].copy_from_slice(&meta.mlp.max(1).to_le_bytes());
+        h[20..24].copy_from_slice(&flags(meta).to_le_bytes());
         h[24..32].copy_from_slice(&meta.footprint_hint.to_le_bytes());
         out.write_all(&h)?;
         Ok(Self { out, records: 0 })
@@ -103,10 +113,11 @@ impl NativeReader {
                 "version {version} is not supported (this reader knows {VERSION})"
             )));
         }
-        if u32_at(20) != 0 {
+        let flags = u32_at(20);
+        if flags & !KNOWN_FLAGS != 0 {
             return Err(TraceError::Native(format!(
                 "unknown flags {:#x}",
-                u32_at(20)
+                flags & !KNOWN_FLAGS
             )));
         }
         let mut fp = [0u8; 8];
@@ -117,6 +128,7 @@ impl NativeReader {
                 record_weight: u32_at(12).max(1),
                 mlp: u32_at(16).max(1),
                 footprint_hint: u64::from_le_bytes(fp),
+                past_caches: flags & PAST_CACHES != 0,
             },
             index: 0,
         })
@@ -183,6 +195,7 @@ mod tests {
             record_weight: 32,
             mlp: 4,
             footprint_hint: 1 << 30,
+            past_caches: true,
         };
         let recs: Vec<TraceRecord> = (0..100u64)
             .map(|i| {

@@ -22,11 +22,7 @@ use std::{
     time::{Duration, Instant},
 };
 
-use memtide_common::{AccessKind, AccessSample};
-use memtide_core::{
-    engine::Sample,
-    tiering::{Tiering, TieringConfig},
-};
+use memtide_core::tiering::{Tiering, TieringConfig};
 use memtide_host::{
     exec::{ExecConfig, Executor, TierNodes},
     sysfs::HostRoot,
@@ -96,8 +92,7 @@ impl State {
     fn take(&mut self, input: TargetInput, epoch: &mut EpochInput, now: Duration) {
         match input {
             TargetInput::Samples(batch) => {
-                let samples: Vec<Sample> = batch.iter().map(to_engine_sample).collect();
-                self.tiering.observe_samples(&samples, now);
+                self.tiering.observe_records(&batch, now);
                 self.status.samples += batch.len() as u64;
                 let room = MAX_SAMPLED_PAGES.saturating_sub(epoch.pages.len());
                 epoch.pages.extend(batch.iter().take(room).map(|s| s.addr));
@@ -115,16 +110,6 @@ impl State {
                 self.tiering.observe_damon(&regions, now);
             }
         }
-    }
-}
-
-/// A sample stands for `period` accesses: the BPF program stamps the sample period as its
-/// weight.
-fn to_engine_sample(sample: &AccessSample) -> Sample {
-    Sample {
-        addr: sample.addr,
-        kind: AccessKind::from_u8(sample.kind),
-        weight: u32::try_from(sample.weight).unwrap_or(u32::MAX).max(1),
     }
 }
 
@@ -202,11 +187,11 @@ async fn run(
     let mut epoch_input = EpochInput::default();
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
-    let first_plan = origin.elapsed() + state.tiering.epoch();
+    let found = origin.elapsed();
     // An epoch step that fails before planning must still wait an epoch before the next try.
     let mut last_step: Option<Duration> = None;
     loop {
-        let due = state.tiering.next_plan_at().unwrap_or(first_plan);
+        let due = state.tiering.next_plan_due(found);
         let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
         let next_plan = origin + due;
         tokio::select! {

@@ -1,5 +1,5 @@
 //! The target task's pure parts: tier views, observe mode's assumed moves, capacity, page
-//! counts, sample weights.
+//! counts.
 
 use std::collections::BTreeMap;
 
@@ -278,21 +278,4 @@ fn migrated_bytes_and_pages_are_counted_per_direction() {
     assert_eq!(pages("promote", "ebusy").as_deref(), Some("8"));
     assert_eq!(pages("demote", "moved").as_deref(), Some("515"));
     assert_eq!(pages("demote", "ebusy"), None);
-}
-
-#[test]
-fn a_sample_weighs_its_period() {
-    let sample = AccessSample {
-        addr: 0x7000,
-        weight: 4,
-        pid: 1,
-        tid: 1,
-        cpu: 0,
-        kind: AccessKind::Store as u8,
-        source: 0,
-        _pad: [0; 2],
-    };
-    let engine_sample = to_engine_sample(&sample);
-    assert_eq!(engine_sample.weight, 4);
-    assert_eq!(engine_sample.kind, AccessKind::Store);
 }

@@ -7,6 +7,7 @@
 
 mod checks;
 mod diagnostics;
+mod samplers;
 mod tables;
 
 use std::{collections::BTreeMap, path::Path};
@@ -47,10 +48,11 @@ impl Report<'_> {
     fn command(&self) -> String {
         let a = self.args;
         format!(
-            "cargo run --release -p memtide --bin memtide -- sim --suite --records {} --footprint {} --sample-rate {} --seed {} --out {} --traces {}",
+            "cargo run --release -p memtide --bin memtide -- sim --suite --records {} --footprint {} --sample-rate {} --sampler {} --seed {} --out {} --traces {}",
             a.records,
             a.footprint,
             self.base.sample_rate,
+            self.base.sampler.name(),
             self.base.seed,
             a.out.display(),
             a.traces.display()
@@ -65,11 +67,13 @@ impl Report<'_> {
         self.granularity_checks(&mut o);
         self.epoch_checks(&mut o);
         self.other_checks(&mut o);
+        self.sampler_check(&mut o);
         self.main_matrix(&mut o);
         self.granularity_tables(&mut o);
         self.epoch_sweep(&mut o, dir)?;
         self.bandwidth(&mut o, dir)?;
         self.other_presets(&mut o);
+        self.samplers(&mut o);
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
         o.push_str(&vm_comparison(&self.args.out));

@@ -1,0 +1,468 @@
+//! What each sampling source delivers, drawn from a trace's records as decoded ring records
+//! ([`AccessSample`]): from there on the simulator uses the daemon's own path (the core's
+//! router, [`memtide_core::tiering::Tiering::observe_records`], the same epoch tick and plan).
+//!
+//! A trace record stands for `record_weight` accesses, cache hits included (lackey sees every
+//! access; the synthetic workloads' records stand for LLC misses). The samplers:
+//!
+//! - `ideal`: every record is a sample with probability 1/N (`--sample-rate N`), with its own
+//!   load/store kind and a weight of `N × record_weight`. What an unbiased PMU would give.
+//! - `pebs`: Intel PEBS as memtide opens it: `mem-loads` behind the `ldlat` filter (30 cycles:
+//!   loads that miss L2) and `mem-stores` with no filter, at periods whose ratio is the agent's
+//!   defaults (64,000 loads to 1,600,000 stores, one store sample per 25 load samples' worth of
+//!   events). The filter is a direct-mapped model of a 2 MiB L2 (32 Ki lines of 64 B) scaled to
+//!   the trace's record weight: between two records `record_weight` accesses pass, so the cache
+//!   holds the lines of the last `32 Ki / record_weight` records. Both periods are scaled by one
+//!   factor so that the expected number of samples equals `ideal`'s at the same `--sample-rate`;
+//!   each sample's weight is its scaled period in the trace's accesses, so Eq. 1 sees the
+//!   traffic the samples stand for.
+//! - `ibs`: AMD IBS op sampling with `l3missonly` (memtide's default where the PMU has it): ops
+//!   that miss a 32 MiB L3 (512 Ki lines, the same model), sampled with one period, with no
+//!   load/store kind; scaled to `ideal`'s sample count likewise.
+//! - `swfault`: the software page-fault event: one sample per fault the process takes. Under the
+//!   simulator's THP-always model a process faults once per 2 MiB superpage, at its first touch,
+//!   and never again (memtide enables no NUMA hinting faults, and migrations do not fault), so
+//!   the engine learns where memory was first touched and nothing of its later heat. Weight 1,
+//!   no kind. `--sample-rate` does not apply.
+//!
+//! The cache models apply to traces of every access (lackey's). A trace whose records are
+//! already past the caches (`TraceMeta::past_caches`: the synthetic workloads' LLC misses, or
+//! `memtide record`'s PEBS and IBS samples) passes them all.
+//!
+//! The counts the scaling needs (records passing each filter) come from the footprint pass
+//! ([`super::run::measure_footprint`]), so a sampler costs no pass of its own.
+
+use std::{cell::RefCell, rc::Rc};
+
+use serde::Serialize;
+
+use super::trace::{TraceMeta, TraceRecord};
+use memtide_common::{AccessKind, AccessSample, SampleSource};
+use memtide_core::{
+    ingest::{BatchSink, SampleBatch, Undelivered},
+    testgen::SplitMix64,
+};
+
+/// Process id every simulated sample carries (one target per replay).
+pub const SIM_PID: u32 = 1;
+/// memtide's default PEBS periods (the budget's choice at its expected event rates).
+pub const PEBS_LOAD_PERIOD: u64 = 64_000;
+pub const PEBS_STORE_PERIOD: u64 = 1_600_000;
+/// Cache lines of the L2 the `ldlat` filter stands for (2 MiB of 64 B lines).
+const L2_LINES: u64 = 32 << 10;
+/// Cache lines of the L3 IBS's `l3missonly` stands for (32 MiB).
+const L3_LINES: u64 = 512 << 10;
+const LINE_SHIFT: u32 = 6;
+
+/// Which source the simulated samples come from (`memtide sim --sampler`).
+#[derive(
+    Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, clap::ValueEnum,
+)]
+#[serde(rename_all = "lowercase")]
+pub enum SamplerName {
+    /// 1 in N records, kind kept: an unbiased PMU.
+    #[default]
+    Ideal,
+    /// PEBS loads past L2 and all stores at the default period ratio.
+    Pebs,
+    /// IBS ops past L3, no kind.
+    Ibs,
+    /// Page faults: first touches only.
+    Swfault,
+}
+
+impl SamplerName {
+    pub const ALL: [Self; 4] = [Self::Ideal, Self::Pebs, Self::Ibs, Self::Swfault];
+
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            Self::Ideal => "ideal",
+            Self::Pebs => "pebs",
+            Self::Ibs => "ibs",
+            Self::Swfault => "swfault",
+        }
+    }
+}
+
+/// A direct-mapped cache of lines, in record units: `passes` is true for a record whose line
+/// the cache does not hold (a miss), which then fills its slot.
+#[derive(Clone, Debug)]
+pub struct LineFilter {
+    tags: Vec<u64>,
+    mask: u64,
+}
+
+impl LineFilter {
+    /// A cache of `lines` lines seen through a trace whose records stand for `record_weight`
+    /// accesses each.
+    #[must_use]
+    pub fn new(lines: u64, record_weight: u32) -> Self {
+        let slots = (lines / u64::from(record_weight.max(1)))
+            .max(1)
+            .next_power_of_two();
+        Self {
+            tags: vec![0; slots as usize],
+            mask: slots - 1,
+        }
+    }
+
+    /// The `ldlat` filter for a trace, or none when its records are past the caches already.
+    fn l2(meta: &TraceMeta) -> Option<Self> {
+        (!meta.past_caches).then(|| Self::new(L2_LINES, meta.record_weight))
+    }
+
+    /// The `l3missonly` filter likewise.
+    fn l3(meta: &TraceMeta) -> Option<Self> {
+        (!meta.past_caches).then(|| Self::new(L3_LINES, meta.record_weight))
+    }
+
+    pub fn passes(&mut self, addr: u64) -> bool {
+        let line = addr >> LINE_SHIFT;
+        let slot = (line.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40) & self.mask;
+        let tag = &mut self.tags[slot as usize];
+        // Tags are line + 1 so that 0 means empty.
+        let hit = *tag == line + 1;
+        *tag = line + 1;
+        !hit
+    }
+}
+
+/// Records of a trace that pass each source's filter (counted in the footprint pass).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize)]
+pub struct FilterCounts {
+    /// Loads (and kind-less records) that miss the L2 model: PEBS's `mem-loads` events.
+    pub loads_past_l2: u64,
+    /// Stores: PEBS's `mem-stores` events.
+    pub stores: u64,
+    /// Records that miss the L3 model: IBS's `l3missonly` ops.
+    pub past_l3: u64,
+}
+
+/// Counts what passes the filters, record by record.
+#[derive(Clone, Debug)]
+pub struct FilterCounter {
+    l2: Option<LineFilter>,
+    l3: Option<LineFilter>,
+    pub counts: FilterCounts,
+}
+
+impl FilterCounter {
+    #[must_use]
+    pub fn new(meta: &TraceMeta) -> Self {
+        Self {
+            l2: LineFilter::l2(meta),
+            l3: LineFilter::l3(meta),
+            counts: FilterCounts::default(),
+        }
+    }
+
+    pub fn count(&mut self, r: &TraceRecord) {
+        if r.is_write() {
+            self.counts.stores += 1;
+        } else if passes(self.l2.as_mut(), r.addr) {
+            self.counts.loads_past_l2 += 1;
+        }
+        if passes(self.l3.as_mut(), r.addr) {
+            self.counts.past_l3 += 1;
+        }
+    }
+}
+
+/// Whether a record passes a filter; no filter passes everything.
+fn passes(filter: Option<&mut LineFilter>, addr: u64) -> bool {
+    filter.is_none_or(|f| f.passes(addr))
+}
+
+/// One replay's sampler: decides, record by record, what the source would have delivered.
+#[derive(Clone, Debug)]
+pub struct Sampler {
+    name: SamplerName,
+    rng: SplitMix64,
+    /// 1 in this many records (`ideal`).
+    rate: u64,
+    filter: Option<LineFilter>,
+    /// Probability that a qualifying load (or op) / store becomes a sample.
+    load_p: f64,
+    store_p: f64,
+    /// Accesses a load (or op) / store sample stands for.
+    load_weight: u64,
+    store_weight: u64,
+    record_weight: u64,
+    /// Samples delivered so far.
+    pub samples: u64,
+}
+
+impl Sampler {
+    /// A sampler for a trace of `records` records whose filters passed `counts`, at one sample
+    /// per `sample_rate` records on average (not `swfault`).
+    #[must_use]
+    pub fn new(
+        name: SamplerName,
+        sample_rate: u32,
+        meta: &TraceMeta,
+        seed: u64,
+        records: u64,
+        counts: FilterCounts,
+    ) -> Self {
+        let rate = u64::from(sample_rate.max(1));
+        let record_weight = u64::from(meta.record_weight.max(1));
+        let wanted = records as f64 / rate as f64;
+        // Events per load sample so that the expected samples equal `wanted`: loads at 1/n,
+        // stores at 1/(ratio·n).
+        let ratio = (PEBS_STORE_PERIOD / PEBS_LOAD_PERIOD) as f64;
+        let (filter, events, store_ratio) = match name {
+            SamplerName::Pebs => (
+                LineFilter::l2(meta),
+                counts.loads_past_l2 as f64 + counts.stores as f64 / ratio,
+                ratio,
+            ),
+            SamplerName::Ibs => (LineFilter::l3(meta), counts.past_l3 as f64, 1.0),
+            SamplerName::Ideal | SamplerName::Swfault => (None, records as f64, 1.0),
+        };
+        let per_sample = if wanted > 0.0 {
+            (events / wanted).max(1.0)
+        } else {
+            1.0
+        };
+        let weight = |period: f64| ((period * record_weight as f64).round() as u64).max(1);
+        Self {
+            name,
+            rng: SplitMix64::new(seed ^ 0x5eed),
+            rate,
+            filter,
+            load_p: 1.0 / per_sample,
+            store_p: 1.0 / (per_sample * store_ratio),
+            load_weight: weight(per_sample),
+            store_weight: weight(per_sample * store_ratio),
+            record_weight,
+            samples: 0,
+        }
+    }
+
+    #[must_use]
+    pub fn name(&self) -> SamplerName {
+        self.name
+    }
+
+    /// The sample the source delivers for `r`, if any. `first_touch`: the record is the first
+    /// access to its superpage (where the process faults).
+    pub fn sample(&mut self, r: &TraceRecord, first_touch: bool) -> Option<AccessSample> {
+        let (kind, weight, source) = match self.name {
+            SamplerName::Ideal => {
+                if self.rate > 1 && self.rng.below(self.rate) != 0 {
+                    return None;
+                }
+                (r.kind, self.rate * self.record_weight, SampleSource::Pebs)
+            }
+            SamplerName::Pebs => {
+                let (p, weight) = if r.is_write() {
+                    (self.store_p, self.store_weight)
+                } else if self.past_filter(r.addr) {
+                    (self.load_p, self.load_weight)
+                } else {
+                    return None;
+                };
+                if self.rng.unit() >= p {
+                    return None;
+                }
+                let kind = if r.is_write() {
+                    AccessKind::Store
+                } else {
+                    AccessKind::Load
+                };
+                (kind, weight, SampleSource::Pebs)
+            }
+            SamplerName::Ibs => {
+                if !self.past_filter(r.addr) || self.rng.unit() >= self.load_p {
+                    return None;
+                }
+                (AccessKind::Unknown, self.load_weight, SampleSource::Ibs)
+            }
+            SamplerName::Swfault => {
+                if !first_touch {
+                    return None;
+                }
+                (AccessKind::Unknown, 1, SampleSource::SwFault)
+            }
+        };
+        self.samples += 1;
+        Some(AccessSample {
+            addr: r.addr,
+            weight,
+            pid: SIM_PID,
+            tid: SIM_PID,
+            cpu: 0,
+            kind: kind as u8,
+            source: source as u8,
+            _pad: [0; 2],
+        })
+    }
+
+    fn past_filter(&mut self, addr: u64) -> bool {
+        passes(self.filter.as_mut(), addr)
+    }
+}
+
+/// The router's sink in a replay: batches wait here until the policy takes them.
+#[derive(Clone, Debug, Default)]
+pub struct Collected(Rc<RefCell<Vec<SampleBatch>>>);
+
+impl BatchSink for Collected {
+    fn try_deliver(&mut self, batch: SampleBatch) -> Result<(), Undelivered> {
+        self.0.borrow_mut().push(batch);
+        Ok(())
+    }
+}
+
+impl Collected {
+    /// Moves every delivered sample, in order, into `out`.
+    pub fn drain_into(&self, out: &mut Vec<AccessSample>) {
+        for batch in self.0.borrow_mut().drain(..) {
+            out.extend_from_slice(&batch);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn records(n: u64) -> Vec<TraceRecord> {
+        let mut rng = SplitMix64::new(3);
+        (0..n)
+            .map(|i| {
+                let addr = rng.below(1 << 30) & !63;
+                if i % 4 == 0 {
+                    TraceRecord::store(addr)
+                } else {
+                    TraceRecord::load(addr)
+                }
+            })
+            .collect()
+    }
+
+    fn lackey() -> TraceMeta {
+        TraceMeta {
+            record_weight: 64,
+            ..TraceMeta::default()
+        }
+    }
+
+    fn counts(rs: &[TraceRecord], meta: &TraceMeta) -> FilterCounts {
+        let mut c = FilterCounter::new(meta);
+        rs.iter().for_each(|r| c.count(r));
+        c.counts
+    }
+
+    fn delivered_from(
+        name: SamplerName,
+        rs: &[TraceRecord],
+        meta: &TraceMeta,
+    ) -> Vec<AccessSample> {
+        let mut s = Sampler::new(name, 8, meta, 1, rs.len() as u64, counts(rs, meta));
+        rs.iter().filter_map(|r| s.sample(r, false)).collect()
+    }
+
+    fn delivered(name: SamplerName, rs: &[TraceRecord]) -> Vec<AccessSample> {
+        delivered_from(name, rs, &lackey())
+    }
+
+    #[test]
+    fn pebs_and_ibs_deliver_as_many_samples_as_ideal() {
+        let rs = records(200_000);
+        let ideal = delivered(SamplerName::Ideal, &rs).len() as f64;
+        for name in [SamplerName::Pebs, SamplerName::Ibs] {
+            let n = delivered(name, &rs).len() as f64;
+            assert!(
+                (n / ideal - 1.0).abs() < 0.03,
+                "{name:?}: {n} samples vs ideal's {ideal}"
+            );
+        }
+    }
+
+    #[test]
+    fn pebs_stores_are_rarer_and_weigh_the_period_ratio() {
+        let rs = records(200_000);
+        let samples = delivered(SamplerName::Pebs, &rs);
+        let weight = |k: AccessKind| {
+            samples
+                .iter()
+                .find(|s| s.kind == k as u8)
+                .map(|s| s.weight)
+                .expect("a sample of each kind")
+        };
+        let ratio = PEBS_STORE_PERIOD / PEBS_LOAD_PERIOD;
+        let (loads, stores) = (weight(AccessKind::Load), weight(AccessKind::Store));
+        assert!(
+            stores.abs_diff(loads * ratio) <= ratio,
+            "{stores} vs {loads}"
+        );
+        let store_share = samples
+            .iter()
+            .filter(|s| s.kind == AccessKind::Store as u8)
+            .count() as f64
+            / samples.len() as f64;
+        // A quarter of the records are stores; at 1/25 the load rate they are ~1.3 % of samples.
+        assert!(store_share < 0.03, "store share {store_share}");
+    }
+
+    #[test]
+    fn ibs_samples_carry_no_kind_and_pebs_no_unknown() {
+        let rs = records(50_000);
+        assert!(
+            delivered(SamplerName::Ibs, &rs)
+                .iter()
+                .all(|s| s.kind == AccessKind::Unknown as u8)
+        );
+        assert!(
+            delivered(SamplerName::Pebs, &rs)
+                .iter()
+                .all(|s| s.kind != AccessKind::Unknown as u8)
+        );
+    }
+
+    #[test]
+    fn the_cache_filter_drops_reuse_within_its_reach() {
+        let mut f = LineFilter::new(L2_LINES, 64);
+        assert!(f.passes(0x1000));
+        assert!(!f.passes(0x1008), "same line again: a hit");
+        // A sweep far beyond the cache's 512 record-unit lines evicts it.
+        for line in 1..100_000u64 {
+            f.passes(0x1000 + line * 64);
+        }
+        assert!(f.passes(0x1000));
+    }
+
+    #[test]
+    fn records_past_the_caches_all_pass_the_filters() {
+        // One line over and over: every record after the first hits the cache model...
+        let rs = vec![TraceRecord::load(0x4000); 1000];
+        assert_eq!(counts(&rs, &lackey()).loads_past_l2, 1);
+        // ...unless the trace says its records are misses already.
+        let misses = TraceMeta {
+            past_caches: true,
+            ..lackey()
+        };
+        assert_eq!(counts(&rs, &misses).loads_past_l2, 1000);
+        assert_eq!(counts(&rs, &misses).past_l3, 1000);
+        let n = delivered_from(SamplerName::Pebs, &rs, &misses).len();
+        assert!((100..150).contains(&n), "1 in 8 of 1000: {n}");
+    }
+
+    #[test]
+    fn swfault_samples_first_touches_only() {
+        let mut s = Sampler::new(
+            SamplerName::Swfault,
+            8,
+            &lackey(),
+            1,
+            3,
+            FilterCounts::default(),
+        );
+        let r = TraceRecord::load(0x20_0000);
+        assert!(s.sample(&r, false).is_none());
+        let sample = s.sample(&r, true).expect("a fault");
+        assert_eq!((sample.weight, sample.kind), (1, AccessKind::Unknown as u8));
+    }
+}
