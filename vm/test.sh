@@ -10,7 +10,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 # The guest's root filesystem is read-only: everything it runs is built here first.
 # VM_TESTS: the integration tests that run in the guest. `vm` holds the VM-only suite; the
 # others also run on the host and must work on a real two-node machine too.
-VM_TESTS=(vm swfault bpf_load)
+VM_TESTS=(vm swfault bpf_load kernel_addresses)
 # Optimised by default: under software emulation a debug agent and workload are an order of
 # magnitude slower (the workload's checksum pattern over 512 MiB alone takes minutes), and the
 # executor benchmark must measure release code. MEMTIDE_VM_RELEASE=0 builds the debug profile.

@@ -89,7 +89,7 @@ struct VersionLabel {
 }
 
 type GaugeF64 = Gauge<f64, AtomicU64>;
-type CounterF64 = Counter<f64, AtomicU64>;
+pub type CounterF64 = Counter<f64, AtomicU64>;
 
 /// Every metric the agent exports. Cheap to clone (each family is an `Arc` inside).
 #[derive(Clone, Debug, Default)]
@@ -113,6 +113,7 @@ pub struct Metrics {
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
     pub engine_untracked_samples: Family<TargetLabel, Counter>,
     pub sampling_cpu_ratio: GaugeF64,
+    pub migration_cpu_seconds: CounterF64,
     pub source_restarts: Family<SourceReason, Counter>,
     pub opted_in_pods: Gauge,
     pub pod_list_errors: Counter,
@@ -230,7 +231,7 @@ impl Metrics {
         );
         registry.register(
             "samples_dropped",
-            "Samples lost before reaching an engine, by reason (ring_full, not_target, no_address, channel_full, unrouted)",
+            "Samples lost before reaching an engine, by reason (ring_full, not_target, no_address, kernel_address, channel_full, unrouted)",
             self.samples_dropped.clone(),
         );
         registry.register(
@@ -245,8 +246,13 @@ impl Metrics {
         );
         registry.register(
             "sampling_cpu_ratio",
-            "Measured CPU cost of sampling and the engine (agent CPU but its HTTP server thread, plus BPF run time) over the last interval, in cores",
+            "Measured CPU cost of sampling and the engine (agent CPU but its HTTP server thread and migration, plus BPF run time) over the last interval, in cores",
             self.sampling_cpu_ratio.clone(),
+        );
+        registry.register(
+            "migration_cpu_seconds",
+            "CPU time of page migration and placement queries (move_pages), which the sampling budget does not charge",
+            self.migration_cpu_seconds.clone(),
         );
         registry.register(
             "source_restarts",

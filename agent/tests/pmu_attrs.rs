@@ -9,7 +9,7 @@ use std::path::Path;
 
 use memtide::sources::perf::{
     PerfSourceOptions, PerfSpecError,
-    budget::{Binding, KernelLimits},
+    budget::{Binding, KernelLimits, PeriodRule},
     ibs::{self, IbsOptions},
     pebs::{self, PebsError, PebsOptions},
     perf_spec_for,
@@ -57,6 +57,7 @@ fn pebs_attr(type_: u32, config: u64, config1: u64, period: u64) -> PerfAttr {
         exclude_kernel: true,
         exclude_hv: true,
         exclude_guest: false,
+        bp_type: 0,
     }
 }
 
@@ -74,10 +75,12 @@ fn aux_leader(type_: u32, cpus: Option<Vec<u32>>) -> EventSpec {
             exclude_kernel: true,
             exclude_hv: true,
             exclude_guest: false,
+            bp_type: 0,
         },
         kind: AccessKind::Load,
         group_leader: true,
         cpus,
+        period_rule: PeriodRule::ANY,
     }
 }
 
@@ -87,6 +90,7 @@ fn sampling(attr: PerfAttr, kind: AccessKind, cpus: Option<Vec<u32>>) -> EventSp
         kind,
         group_leader: false,
         cpus,
+        period_rule: PeriodRule::ANY,
     }
 }
 
@@ -270,10 +274,12 @@ fn zen3_ibs_has_no_l3missonly() {
                 exclude_kernel: false,
                 exclude_hv: false,
                 exclude_guest: false,
+                bp_type: 0,
             },
             kind: AccessKind::Unknown,
             group_leader: false,
             cpus: None,
+            period_rule: ibs::PERIOD_RULE,
         }
     );
 }
@@ -308,6 +314,7 @@ fn zen4_ibs_sets_l3missonly() {
             exclude_kernel: false,
             exclude_hv: false,
             exclude_guest: false,
+            bp_type: 0,
         }
     );
     assert_eq!(event.event.kind, AccessKind::Unknown);

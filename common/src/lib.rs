@@ -220,13 +220,26 @@ pub enum DropReason {
     NotTarget = 1,
     /// The event carried no data address.
     NoAddress = 2,
+    /// The data address is in kernel space ([`KERNEL_SPACE_START`] and above): IBS, which
+    /// cannot exclude the kernel, samples the kernel's own accesses made on a target's behalf.
+    KernelAddress = 3,
 }
+
+/// Where kernel space starts on the 64-bit architectures memtide runs on: x86-64 (4- and
+/// 5-level paging) and arm64 both keep user space in the lower half and the kernel in the
+/// upper half of the address space, so a data address with bit 63 set is the kernel's.
+pub const KERNEL_SPACE_START: u64 = 1 << 63;
 
 impl DropReason {
     /// Every reason, in index order.
-    pub const ALL: [Self; 3] = [Self::RingFull, Self::NotTarget, Self::NoAddress];
+    pub const ALL: [Self; 4] = [
+        Self::RingFull,
+        Self::NotTarget,
+        Self::NoAddress,
+        Self::KernelAddress,
+    ];
     /// Number of counters in the `DROPS` map.
-    pub const COUNT: u32 = 3;
+    pub const COUNT: u32 = Self::ALL.len() as u32;
 
     /// Label used in metrics and logs.
     #[must_use]
@@ -235,6 +248,7 @@ impl DropReason {
             Self::RingFull => "ring_full",
             Self::NotTarget => "not_target",
             Self::NoAddress => "no_address",
+            Self::KernelAddress => "kernel_address",
         }
     }
 }

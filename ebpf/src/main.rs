@@ -24,7 +24,8 @@ use aya_ebpf::{
     programs::{PerfEventContext, TracePointContext},
 };
 use memtide_common::{
-    AccessKind, AccessSample, DamonFieldOffsets, DamonRegion, DropReason, SamplerConfig,
+    AccessKind, AccessSample, DamonFieldOffsets, DamonRegion, DropReason, KERNEL_SPACE_START,
+    SamplerConfig,
 };
 
 /// Accepted samples. Sized by the agent at load time (`set_max_entries`); this is the default.
@@ -93,6 +94,10 @@ fn on_sample(ctx: &PerfEventContext, kind: AccessKind) -> u32 {
     let (addr, period) = unsafe { ((*ctx.ctx).addr, (*ctx.ctx).sample_period) };
     if addr == 0 {
         count_drop(DropReason::NoAddress);
+        return 0;
+    }
+    if addr >= KERNEL_SPACE_START {
+        count_drop(DropReason::KernelAddress);
         return 0;
     }
     let Some(mut entry) = SAMPLES.reserve::<AccessSample>(0) else {

@@ -419,6 +419,30 @@ fn json_has_the_documented_fields() {
     assert_eq!(json["demotion_enabled"], true);
 }
 
+#[test]
+fn ibs_is_refused_on_a_kernel_whose_op_samples_carry_no_address() {
+    // The same Genoa machine on a kernel before 6.1 (no PERF_SAMPLE_ADDR for ibs_op).
+    let dir = scratch_copy("amd-zen4-ibs");
+    damage(
+        dir.path(),
+        "proc/sys/kernel/osrelease",
+        "5.15.0-91-generic\n",
+    );
+    let probe = Probe::collect(&HostRoot::new(dir.path()), bpf_ok());
+    assert_eq!(probe.sources, [SourceKind::SwFault]);
+    let ibs = &probe.source_checks[1];
+    assert_eq!(ibs.kind, SourceKind::Ibs);
+    assert!(!ibs.usable);
+    for words in ["ibs_op", "5.15.0-91-generic", "no data address", "6.1"] {
+        assert!(ibs.reason.contains(words), "{words}: {}", ibs.reason);
+    }
+    assert!(
+        probe.selected_source.reason.contains("no data address"),
+        "{}",
+        probe.selected_source.reason
+    );
+}
+
 /// Copies a fixture into a temporary directory so a test can damage it.
 fn scratch_copy(name: &str) -> tempfile::TempDir {
     fn copy(from: &Path, to: &Path) {

@@ -37,7 +37,7 @@ use super::{
     notify::Notifier,
     pods::PodWatch,
     publish::Published,
-    sample_rate::SampleRate,
+    sample_rate::{NotSampling, SampleRate},
     status::AgentStatus,
 };
 use crate::{
@@ -104,7 +104,10 @@ pub(super) async fn start(
     let sample_rate = agent.source.as_deref().and_then(|source| {
         SampleRate::new(
             source,
-            http.cpu_meter(),
+            NotSampling {
+                http: http.cpu_meter(),
+                migration: agent.metrics.migration_cpu_seconds.clone(),
+            },
             agent.ingest_counters.decoded.load(Ordering::Relaxed),
         )
     });

@@ -195,8 +195,12 @@ fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
         });
         // Loading BPF is what starting a source does anyway; a failure there is reported
         // with its reason and the next source is tried.
+        let kernel =
+            memtide_host::sysfs::read_trimmed(&request.root.path(probe::kernel::OSRELEASE))
+                .unwrap_or_default();
         probe::rank(&probe::SourceInputs {
             bpf_available: true,
+            kernel: &kernel,
             pmus,
             damon: &damon,
         })

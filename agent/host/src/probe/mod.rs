@@ -20,6 +20,7 @@ use crate::{
 };
 
 pub mod damon;
+pub mod kernel;
 pub mod pmu;
 pub mod sources;
 
@@ -230,6 +231,7 @@ impl Probe {
         };
         let source_checks = rank(&SourceInputs {
             bpf_available: bpf.available,
+            kernel: &kernel,
             pmus: &pmus,
             damon: damon_status,
         });

@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::{
     damon::DamonStatus,
+    kernel,
     pmu::{self, MemSampling, PmuScan},
 };
 
@@ -60,6 +61,8 @@ pub struct SourceCheck {
 #[derive(Clone, Copy, Debug)]
 pub struct SourceInputs<'a> {
     pub bpf_available: bool,
+    /// The kernel's release (`/proc/sys/kernel/osrelease`): IBS needs 6.1 or later.
+    pub kernel: &'a str,
     pub pmus: &'a PmuScan,
     pub damon: &'a DamonStatus,
 }
@@ -70,10 +73,15 @@ pub fn rank(inputs: &SourceInputs<'_>) -> Vec<SourceCheck> {
     let sampling = pmu::classify(&inputs.pmus.pmus);
     let bpf = inputs.bpf_available;
     let check = |kind: SourceKind, found: Option<String>, missing: &str| {
-        let (usable, reason) = match found {
-            Some(what) if bpf => (true, what),
-            Some(what) => (false, format!("{what}, but BPF is not available")),
-            None => (false, missing.to_owned()),
+        let refusal = match kind {
+            SourceKind::Ibs => kernel::ibs_refusal(inputs.kernel),
+            _ => None,
+        };
+        let (usable, reason) = match (found, refusal) {
+            (Some(what), Some(refusal)) => (false, format!("{what}, but {refusal}")),
+            (Some(what), None) if bpf => (true, what),
+            (Some(what), None) => (false, format!("{what}, but BPF is not available")),
+            (None, _) => (false, missing.to_owned()),
         };
         SourceCheck {
             kind,

@@ -13,6 +13,10 @@ use perf_event_open_sys::{bindings, ioctls};
 
 /// `PERF_TYPE_SOFTWARE`.
 pub const TYPE_SOFTWARE: u32 = bindings::PERF_TYPE_SOFTWARE;
+/// `PERF_TYPE_BREAKPOINT`: a hardware data breakpoint; its samples carry the watched address.
+pub const TYPE_BREAKPOINT: u32 = bindings::PERF_TYPE_BREAKPOINT;
+/// `HW_BREAKPOINT_X`: trap on execution of the address.
+pub const BREAKPOINT_X: u32 = 4;
 /// `PERF_TYPE_RAW`: a core PMU's raw event encoding (the `cpu` PMU's own type is the same 4).
 pub const TYPE_RAW: u32 = bindings::PERF_TYPE_RAW;
 /// `PERF_COUNT_SW_PAGE_FAULTS`.
@@ -46,6 +50,9 @@ pub struct PerfAttr {
     pub exclude_kernel: bool,
     pub exclude_hv: bool,
     pub exclude_guest: bool,
+    /// Breakpoint events (`PERF_TYPE_BREAKPOINT`): `HW_BREAKPOINT_*` access bits; the address
+    /// and length go in `config1` and `config2` (the kernel's `bp_addr` and `bp_len`).
+    pub bp_type: u32,
 }
 
 impl PerfAttr {
@@ -66,6 +73,7 @@ impl PerfAttr {
         attr.set_exclude_kernel(u64::from(self.exclude_kernel));
         attr.set_exclude_hv(u64::from(self.exclude_hv));
         attr.set_exclude_guest(u64::from(self.exclude_guest));
+        attr.bp_type = self.bp_type;
         attr
     }
 }
@@ -155,6 +163,7 @@ mod tests {
             exclude_kernel: true,
             exclude_hv: true,
             exclude_guest: false,
+            bp_type: 0,
         };
         let kernel = attr.to_kernel();
         assert_eq!(kernel.type_, 4);

@@ -24,6 +24,7 @@ use super::{
     observe::AssumedView,
     views::{EpochInput, TierView, bytes_on, knows_sampled_pages, tier_view},
 };
+use crate::daemon::sample_rate::charge_migration;
 
 /// Pages of a target queried per epoch at most; beyond this the placement view is partial
 /// so one huge process cannot stall the agent.
@@ -73,14 +74,16 @@ impl State {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
         }
-        let (queried_at, placement) = match self.placement(input) {
-            Ok(found) => found,
-            Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
-            Err(error) => {
-                self.remember_error(error.to_string());
-                return EpochOutcome::NoPlacement;
-            }
-        };
+        let migration_cpu = self.migration_cpu.clone();
+        let (queried_at, placement) =
+            match charge_migration(&migration_cpu, || self.placement(input)) {
+                Ok(found) => found,
+                Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
+                Err(error) => {
+                    self.remember_error(error.to_string());
+                    return EpochOutcome::NoPlacement;
+                }
+            };
         let coverage = self.tiering.engine().config().hot_coverage;
         let before = tier_view(input, &placement, coverage);
         let plan = self.plan(now, &placement);
@@ -112,7 +115,7 @@ impl State {
         } else if let Some(nodes) = self.spec.nodes
             && !plan.moves.is_empty()
         {
-            match self.execute(&plan, nodes) {
+            match charge_migration(&migration_cpu, || self.execute(&plan, nodes)) {
                 Ok(report) if report.aborted.is_some() => {
                     return EpochOutcome::Exited {
                         executed: Some(Box::new(report)),
@@ -127,7 +130,10 @@ impl State {
             .as_ref()
             .is_some_and(|report| report.total().pages_moved > 0);
         let (placement, after, queried_at) = if moved {
-            let placement = placement_of(&self.target, &self.spec.fast_nodes).unwrap_or(placement);
+            let placement = charge_migration(&migration_cpu, || {
+                placement_of(&self.target, &self.spec.fast_nodes)
+            })
+            .unwrap_or(placement);
             let after = tier_view(input, &placement, coverage);
             (placement, after, Instant::now())
         } else {

@@ -30,9 +30,16 @@ use memtide_host::{
 };
 use tokio::sync::mpsc;
 
-use self::{epoch::EpochOutcome, observe::Assumed, views::EpochInput};
+use self::{
+    epoch::EpochOutcome,
+    observe::Assumed,
+    views::{EpochInput, Sampled},
+};
 use super::status::{AgentStatus, TargetStatus};
-use crate::{metrics::Metrics, sources::TargetInput};
+use crate::{
+    metrics::{CounterF64, Metrics},
+    sources::TargetInput,
+};
 
 /// Sampled pages remembered per epoch for the hit ratio.
 const MAX_SAMPLED_PAGES: usize = 1 << 16;
@@ -71,6 +78,9 @@ struct State {
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
     assumed: Assumed,
+    /// CPU seconds of placement queries and migrations (`memtide_migration_cpu_seconds_total`),
+    /// which the sampling budget leaves out.
+    migration_cpu: CounterF64,
 }
 
 impl State {
@@ -95,7 +105,9 @@ impl State {
                 self.tiering.observe_records(&batch, now);
                 self.status.samples += batch.len() as u64;
                 let room = MAX_SAMPLED_PAGES.saturating_sub(epoch.pages.len());
-                epoch.pages.extend(batch.iter().take(room).map(|s| s.addr));
+                epoch
+                    .pages
+                    .extend(batch.iter().take(room).map(Sampled::from_record));
             }
             TargetInput::Regions(regions) => {
                 // The latest report of each region stands for the epoch.
@@ -148,6 +160,7 @@ pub fn spawn(
         placement: None,
         untracked_published: 0,
         assumed: Assumed::default(),
+        migration_cpu: metrics.migration_cpu_seconds.clone(),
     };
     let task = tokio::spawn(run(state, input_rx, origin, metrics, status));
     Ok(TargetHandle { input, task })

@@ -17,21 +17,70 @@ use super::{
     epoch::capacity_from,
     observe::AssumedView,
     report::{count_pages, publish_migration},
-    views::{damon_view, knows_sampled_pages, sample_view, sampled_hot_set},
+    views::{Sampled, damon_view, knows_sampled_pages, sample_view, sampled_hot_set},
     *,
 };
+
+/// Samples of period 1 at `addrs`.
+fn at(addrs: &[u64]) -> Vec<Sampled> {
+    addrs
+        .iter()
+        .map(|&addr| Sampled { addr, weight: 1 })
+        .collect()
+}
 
 #[test]
 fn hot_set_is_the_smallest_hottest_cover() {
     // Page 0x1000 sampled 6 times, 0x2000 3 times, 0x3000 once: 70 % of 10 is 7 samples,
     // which the two hottest pages cover.
-    let mut sampled = vec![0x1000; 6];
-    sampled.extend([0x2008; 3]);
-    sampled.push(0x3010);
+    let mut addrs = vec![0x1000; 6];
+    addrs.extend([0x2008; 3]);
+    addrs.push(0x3010);
+    let sampled = at(&addrs);
     assert_eq!(sampled_hot_set(&sampled, 0.7), [0x1000, 0x2000]);
     assert_eq!(sampled_hot_set(&sampled, 0.5), [0x1000]);
     assert_eq!(sampled_hot_set(&sampled, 1.0).len(), 3);
     assert!(sampled_hot_set(&[], 0.7).is_empty());
+}
+
+#[test]
+fn hit_ratio_and_hot_set_weigh_each_sample_by_its_period() {
+    // PEBS: two load samples on the fast page at 64,000 and one store sample on the slow page
+    // at 1.6 M. By sample count the fast tier serves 2/3; by the accesses they stand for,
+    // 128,000 of 1,728,000.
+    let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
+    let load = |addr| Sampled {
+        addr,
+        weight: 64_000,
+    };
+    let sampled = [
+        load(0x1000),
+        load(0x1040),
+        Sampled {
+            addr: 0x2000,
+            weight: 1_600_000,
+        },
+    ];
+    let view = sample_view(&sampled, &placement, 0.7);
+    assert_eq!(
+        (view.fast_accesses, view.slow_accesses),
+        (128_000, 1_600_000)
+    );
+    // 70 % of the accesses is the store's page alone.
+    assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (0, PAGE));
+    assert_eq!(sampled_hot_set(&sampled, 0.7), [0x2000]);
+    // A ring record's weight of 0 counts as one access.
+    let record = memtide_common::AccessSample {
+        addr: 0x1000,
+        weight: 0,
+        pid: 1,
+        tid: 1,
+        cpu: 0,
+        kind: 0,
+        source: 0,
+        _pad: [0; 2],
+    };
+    assert_eq!(Sampled::from_record(&record).weight, 1);
 }
 
 fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
@@ -52,7 +101,7 @@ fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
 fn a_cached_placement_that_misses_the_sampled_pages_is_queried_again() {
     let placement = placement(&[(0x10_0000, 16)], &[]);
     let input = |pages: &[u64]| EpochInput {
-        pages: pages.to_vec(),
+        pages: at(pages),
         regions: BTreeMap::new(),
     };
     assert!(knows_sampled_pages(
@@ -103,7 +152,7 @@ fn damon_regions_split_accesses_and_hot_bytes_by_tier() {
 #[test]
 fn sampled_pages_count_by_tier() {
     let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
-    let view = sample_view(&[0x1000, 0x1008, 0x2000, 0x9000], &placement, 1.0);
+    let view = sample_view(&at(&[0x1000, 0x1008, 0x2000, 0x9000]), &placement, 1.0);
     assert_eq!((view.fast_accesses, view.slow_accesses), (2, 1));
     assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (PAGE, PAGE));
 }

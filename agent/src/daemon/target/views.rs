@@ -6,35 +6,57 @@ use std::collections::BTreeMap;
 use memtide_core::{engine::DamonObservation, units::PAGE_SIZE};
 use memtide_host::targets::placement::{NodeCounts, TierPlacement};
 
+/// One sampled access: its address and the accesses it stands for (its sample period), so
+/// that a store sample taken at 1.6 M and a load sample taken at 64,000 count in proportion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Sampled {
+    pub(super) addr: u64,
+    pub(super) weight: u64,
+}
+
+impl Sampled {
+    /// A ring record's address and weight; a weight of 0 counts as 1, as in the engine.
+    pub(super) fn from_record(record: &memtide_common::AccessSample) -> Self {
+        Self {
+            addr: record.addr,
+            weight: record.weight.max(1),
+        }
+    }
+}
+
 /// What a target saw between two epochs.
 #[derive(Debug, Default)]
 pub(super) struct EpochInput {
-    /// Addresses of sampled accesses (per-access sources).
-    pub(super) pages: Vec<u64>,
+    /// Sampled accesses (per-access sources).
+    pub(super) pages: Vec<Sampled>,
     /// The latest DAMON report per region start (DAMON).
     pub(super) regions: BTreeMap<u64, DamonObservation>,
 }
 
-/// The smallest set of distinct pages, hottest first, covering `coverage` of the epoch's
-/// samples (Rainbow's hot-set definition), as page addresses.
-pub(super) fn sampled_hot_set(sampled: &[u64], coverage: f64) -> Vec<u64> {
-    let mut pages: Vec<u64> = sampled.iter().map(|addr| addr & !(PAGE_SIZE - 1)).collect();
+/// The smallest set of distinct pages, hottest first, covering `coverage` of the accesses the
+/// epoch's samples stand for (Rainbow's hot-set definition), as page addresses.
+pub(super) fn sampled_hot_set(sampled: &[Sampled], coverage: f64) -> Vec<u64> {
+    let mut pages: Vec<(u64, u64)> = sampled
+        .iter()
+        .map(|s| (s.addr & !(PAGE_SIZE - 1), s.weight))
+        .collect();
     pages.sort_unstable();
     let mut counts: Vec<(u64, u64)> = Vec::new();
-    for page in pages {
+    for (page, weight) in pages {
         match counts.last_mut() {
-            Some((last, count)) if *last == page => *count += 1,
-            _ => counts.push((page, 1)),
+            Some((last, count)) if *last == page => *count += weight,
+            _ => counts.push((page, weight)),
         }
     }
+    let total: u64 = counts.iter().map(|(_, count)| count).sum();
     counts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
     #[expect(
         clippy::cast_possible_truncation,
         clippy::cast_sign_loss,
         clippy::cast_precision_loss,
-        reason = "a share of a sample count"
+        reason = "a share of an access count"
     )]
-    let goal = (sampled.len() as f64 * coverage).ceil() as u64;
+    let goal = (total as f64 * coverage).ceil() as u64;
     let mut covered = 0;
     counts
         .into_iter()
@@ -60,12 +82,17 @@ pub(super) struct TierView {
     pub(super) hot_slow_bytes: u64,
 }
 
-pub(super) fn sample_view(sampled: &[u64], placement: &TierPlacement, coverage: f64) -> TierView {
+/// Accesses by tier, each sample weighted by the accesses it stands for (its period).
+pub(super) fn sample_view(
+    sampled: &[Sampled],
+    placement: &TierPlacement,
+    coverage: f64,
+) -> TierView {
     let mut view = TierView::default();
-    for &addr in sampled {
-        match placement.is_fast(addr & !(PAGE_SIZE - 1)) {
-            Some(true) => view.fast_accesses += 1,
-            Some(false) => view.slow_accesses += 1,
+    for s in sampled {
+        match placement.is_fast(s.addr & !(PAGE_SIZE - 1)) {
+            Some(true) => view.fast_accesses += s.weight,
+            Some(false) => view.slow_accesses += s.weight,
             None => {}
         }
     }
@@ -175,9 +202,9 @@ pub(super) fn tier_view(input: &EpochInput, placement: &TierPlacement, coverage:
 pub(super) fn knows_sampled_pages(placement: &TierPlacement, input: &EpochInput) -> bool {
     const CHECKED: usize = 256;
     let checked = input.pages.iter().take(CHECKED);
-    let (known, total) = checked.fold((0usize, 0usize), |(known, total), &page| {
+    let (known, total) = checked.fold((0usize, 0usize), |(known, total), sampled| {
         (
-            known + usize::from(placement.node_of(page & !(PAGE_SIZE - 1)).is_some()),
+            known + usize::from(placement.node_of(sampled.addr & !(PAGE_SIZE - 1)).is_some()),
             total + 1,
         )
     });

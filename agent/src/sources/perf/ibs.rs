@@ -8,17 +8,22 @@
 //!   did not miss the L3, so only the accesses that matter for tiering interrupt the CPU. Bits are
 //!   placed from the `format/` files, never hard-coded.
 //! - `sample_period`: a multiple of 16 (the op counter's low nibble is not programmable; the
-//!   kernel silently masks it) and at least [`MIN_PERIOD`] = 0x90. Since Linux 6.14
-//!   ("perf/amd/ibs: ... min_period") the kernel rejects smaller op periods with EINVAL; older
-//!   kernels accepted 0x10 but the hardware's MaxCnt minimum for op sampling is 0x90 anyway.
-//!   Periods are rounded *up*, so a budget-derived period stays within budget.
+//!   kernel silently masks it at open) and at least [`MIN_PERIOD`] = 0x90. Since Linux 6.15
+//!   (b2fc7b282bf7, `min_period`) the kernel rejects smaller op periods with EINVAL at open, and
+//!   (1afbdd970f50, `perf_ibs_check_period`) rejects a period change by ioctl whose low nibble
+//!   is set or that is under the minimum; older kernels accepted 0x10, but the hardware's MaxCnt
+//!   minimum for op sampling is 0x90 anyway. Periods are rounded *up*, so a budget-derived
+//!   period stays within budget, at open and at every change the CPU budget makes
+//!   ([`super::sampler::period_at`]).
 //! - `precise_ip` 0: IBS is precise by construction (core events with `precise_ip` set are what
 //!   get forwarded *to* IBS).
 //! - `exclude_kernel`/`exclude_user`/`exclude_hv`/`exclude_guest` all unset: `perf_ibs_init`
 //!   returns EINVAL for `exclude_guest`/`exclude_host`/`exclude_idle`, and for
 //!   `exclude_kernel`/`exclude_user`/`exclude_hv` unless the software filter (`swfilt`, config2
 //!   bit 0, Linux 6.14+) is requested. Kernel samples are dropped in BPF (the target filter and
-//!   the address check) instead.
+//!   the address check: a data address at or above `KERNEL_SPACE_START` is dropped and counted
+//!   as `kernel_address`) instead. Refused before Linux 6.1, whose op samples carry no data
+//!   address ([`memtide_host::probe::kernel`]).
 //! - `sample_type` `ADDR | TID | WEIGHT | DATA_SRC`: IBS fills the data address for loads and
 //!   stores with a valid linear address (`IbsDcLinAd`), and weight/data source since the IBS
 //!   memory-profiling support (Linux 6.1); on older kernels the extra fields are zero.
@@ -40,13 +45,14 @@ use memtide_host::probe::pmu::{
     self, ConfigWord, EncodeError, EventSpec as EventString, Pmu, PmuScan,
 };
 use memtide_host::{
+    probe::kernel,
     sys::perf::{self, PerfAttr},
-    sysfs::HostRoot,
+    sysfs::{self, HostRoot},
 };
 
 /// The IBS op PMU's name.
 pub const PMU_NAME: &str = "ibs_op";
-/// Smallest op period the kernel accepts (Linux 6.14+; the hardware minimum).
+/// Smallest op period the kernel accepts (Linux 6.15+; the hardware minimum).
 pub const MIN_PERIOD: u64 = 0x90;
 /// The op counter's granularity.
 pub const PERIOD_GRANULARITY: u64 = 0x10;
@@ -87,6 +93,8 @@ pub enum IbsError {
     NoIbsOp { path: PathBuf },
     #[error("PMU {PMU_NAME}: {0}")]
     Encode(#[from] EncodeError),
+    #[error("PMU {PMU_NAME} found, but {0}")]
+    NoDataAddress(String),
 }
 
 /// The IBS op event and what was applied.
@@ -133,10 +141,12 @@ pub fn op_event(pmu: &Pmu, options: &IbsOptions) -> Result<IbsEvent, IbsError> {
                 exclude_kernel: false,
                 exclude_hv: false,
                 exclude_guest: false,
+                bp_type: 0,
             },
             kind: AccessKind::Unknown,
             group_leader: false,
             cpus: None,
+            period_rule: PERIOD_RULE,
         },
         count_ops,
         l3_miss_only,
@@ -144,11 +154,17 @@ pub fn op_event(pmu: &Pmu, options: &IbsOptions) -> Result<IbsEvent, IbsError> {
     })
 }
 
-/// The `ibs_op` PMU of `scan`, or an error naming where it should be.
+/// The `ibs_op` PMU of `scan`, or an error naming where it should be, or why the kernel
+/// under `root` cannot use it ([`kernel::ibs_refusal`]: no data address before Linux 6.1).
 pub fn find<'a>(root: &HostRoot, scan: &'a PmuScan) -> Result<&'a Pmu, IbsError> {
-    scan.get(PMU_NAME).ok_or_else(|| IbsError::NoIbsOp {
+    let pmu = scan.get(PMU_NAME).ok_or_else(|| IbsError::NoIbsOp {
         path: root.path(pmu::PMU_DIR).join(PMU_NAME),
-    })
+    })?;
+    let release = sysfs::read_trimmed(&root.path(kernel::OSRELEASE)).unwrap_or_default();
+    match kernel::ibs_refusal(&release) {
+        Some(reason) => Err(IbsError::NoDataAddress(reason)),
+        None => Ok(pmu),
+    }
 }
 
 /// A sampler spec for the IBS op event on `cpus`.
@@ -202,6 +218,26 @@ mod tests {
         assert!(!event.l3_miss_only);
         assert_eq!(event.event.attr.config, 0);
         assert_eq!(event.event.attr.type_, 9);
+    }
+
+    #[test]
+    fn find_refuses_the_pmu_on_a_kernel_whose_op_samples_have_no_address() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = HostRoot::new(dir.path());
+        let osrelease = root.path(kernel::OSRELEASE);
+        std::fs::create_dir_all(osrelease.parent().unwrap()).unwrap();
+        let pmu_dir = root.path(pmu::PMU_DIR).join(PMU_NAME);
+        std::fs::create_dir_all(pmu_dir.join("format")).unwrap();
+        std::fs::write(pmu_dir.join("type"), "11\n").unwrap();
+        let scan = PmuScan::read(&root).unwrap();
+
+        std::fs::write(&osrelease, "5.15.0-91-generic\n").unwrap();
+        let err = find(&root, &scan).unwrap_err();
+        assert!(matches!(err, IbsError::NoDataAddress(_)), "{err}");
+        assert!(err.to_string().contains("5.15.0-91-generic"), "{err}");
+
+        std::fs::write(&osrelease, "6.1.0-13-amd64\n").unwrap();
+        assert_eq!(find(&root, &scan).unwrap().perf_type, 11);
     }
 
     #[test]

@@ -149,6 +149,7 @@ fn sampling_attr(pmu: &Pmu, config: pmu::PerfConfig, period: u64) -> PerfAttr {
         exclude_kernel: true,
         exclude_hv: true,
         exclude_guest: false,
+        bp_type: 0,
     }
 }
 
@@ -187,6 +188,7 @@ pub fn pmu_events(
             kind: AccessKind::Load,
             group_leader: true,
             cpus: cpus.clone(),
+            period_rule: PERIOD_RULE,
         });
     }
     let loads = encode(pmu, "mem-loads", &[("ldlat", u64::from(options.ldlat))])?;
@@ -195,6 +197,7 @@ pub fn pmu_events(
         kind: AccessKind::Load,
         group_leader: false,
         cpus: cpus.clone(),
+        period_rule: PERIOD_RULE,
     });
     let stores = options.store_period.is_some() && pmu.has_event("mem-stores");
     if let (true, Some(period)) = (stores, options.store_period) {
@@ -204,6 +207,7 @@ pub fn pmu_events(
             kind: AccessKind::Store,
             group_leader: false,
             cpus: cpus.clone(),
+            period_rule: PERIOD_RULE,
         });
     }
     Ok(PebsSet {

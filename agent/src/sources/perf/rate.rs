@@ -4,8 +4,9 @@
 //! *expected* event rate; real workloads fault, miss and retire at rates that differ from it by
 //! orders of magnitude (a page-fault storm is 15x the assumed rate on this machine's test
 //! workload). So every [`RateController::INTERVAL`] the daemon measures what sampling really
-//! cost — the agent's own CPU time, less its HTTP server thread's (serving scrapes is not
-//! sampling, and a scrape storm must not silence sampling), plus the kernel-measured run time of
+//! cost — the agent's own CPU time, less its HTTP server thread's and its migrations' (serving
+//! scrapes and moving pages are not sampling: a scrape storm or a long migration must not
+//! silence sampling), plus the kernel-measured run time of
 //! the BPF programs — and scales every sampling event's period so the cost lands inside the
 //! budget:
 //!
@@ -24,7 +25,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Interval {
     pub wall: Duration,
-    /// The agent's CPU time over the interval: all threads but the HTTP server's.
+    /// The agent's CPU time over the interval, less the HTTP server thread's and migration's.
     pub agent_cpu: Duration,
     /// Kernel-measured run time of the sampling BPF programs (zero when the kernel's BPF
     /// statistics are off).

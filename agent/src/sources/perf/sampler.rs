@@ -18,6 +18,7 @@ use aya::{
 };
 use memtide_common::{AccessKind, DropReason, SampleSource, SamplerConfig, names};
 
+use super::budget::PeriodRule;
 use crate::bpf::{self, BpfError};
 use memtide_host::sys::perf::{self, PerfAttr};
 
@@ -32,6 +33,9 @@ pub struct EventSpec {
     /// Open only on these CPUs (a hybrid part's `cpu_core`/`cpu_atom` PMU counts only on its
     /// own CPUs, listed in the PMU's `cpus` file); `None`: every CPU of the sampler.
     pub cpus: Option<Vec<u32>>,
+    /// The periods the PMU accepts; every period set at run time keeps to it (IBS: multiples
+    /// of 16, at least 0x90).
+    pub period_rule: PeriodRule,
 }
 
 impl EventSpec {
@@ -100,6 +104,14 @@ pub fn scaled_period(base: u64, scale: f64) -> u64 {
     } else {
         scaled as u64
     }
+}
+
+/// The period an event that opened at `base` runs at when the budget scales it by `scale`:
+/// [`scaled_period`] within the PMU's `rule`, so the kernel never refuses a budget change
+/// (since Linux 6.15 `perf_ibs_check_period` rejects IBS periods off the rule with EINVAL).
+#[must_use]
+pub fn period_at(base: u64, scale: f64, rule: PeriodRule) -> u64 {
+    rule.apply(scaled_period(base, scale))
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -173,8 +185,9 @@ const fn program_for(kind: AccessKind) -> &'static str {
 pub struct Sampler {
     // Field order is drop order: events close (detaching the programs) before the object.
     events: Vec<OwnedFd>,
-    /// The sampling (non-leader) events: index into `events` and the period they opened with.
-    sampling: Vec<(usize, u64)>,
+    /// The sampling (non-leader) events: index into `events`, the period they opened with and
+    /// the periods their PMU accepts.
+    sampling: Vec<(usize, u64, PeriodRule)>,
     targets: BpfHashMap<MapData, u32, u8>,
     drops: PerCpuArray<MapData, u64>,
     ring: Option<RingBuf<MapData>>,
@@ -275,7 +288,7 @@ impl Sampler {
                 }
             })?;
             // Members before their leader: they close first on drop.
-            sampling.push((events.len(), event.attr.sample_period));
+            sampling.push((events.len(), event.attr.sample_period, event.period_rule));
             events.push(fd);
             events.extend(finished);
         }
@@ -348,13 +361,14 @@ impl Sampler {
         bpf::program_stats(&self.ebpf)
     }
 
-    /// Sets every sampling event's period to its starting period times `scale` (at least 1),
-    /// so a source with several events (PEBS loads and stores) keeps their ratio. Returns the
-    /// periods now in force, one per spec event kind as opened, for logs and metrics.
+    /// Sets every sampling event's period to its starting period times `scale` (at least 1,
+    /// within its PMU's [`PeriodRule`]), so a source with several events (PEBS loads and stores)
+    /// keeps their ratio. Returns the periods now in force, one per spec event kind as opened,
+    /// for logs and metrics.
     pub fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SamplerError> {
         let mut applied = Vec::with_capacity(self.sampling.len());
-        for &(index, base) in &self.sampling {
-            let period = scaled_period(base, scale);
+        for &(index, base, rule) in &self.sampling {
+            let period = period_at(base, scale, rule);
             perf::set_period(self.events[index].as_fd(), period)
                 .map_err(|source| SamplerError::SetPeriod { period, source })?;
             applied.push(period);
@@ -394,6 +408,7 @@ mod tests {
             kind: AccessKind::Load,
             group_leader,
             cpus,
+            period_rule: PeriodRule::ANY,
         }
     }
 
@@ -441,6 +456,21 @@ mod tests {
                 (1, 2, None),
             ]
         );
+    }
+
+    #[test]
+    fn budget_changes_keep_ibs_periods_on_the_op_counters_rule() {
+        let ibs = super::super::ibs::PERIOD_RULE;
+        let base = super::super::ibs::round_period(0x1_0000);
+        for scale in [0.0001, 0.013, 0.5, 0.77, 1.0, 1.37, 3.3, 1000.0] {
+            let period = period_at(base, scale, ibs);
+            assert_eq!(period % 16, 0, "scale {scale}: period {period:#x}");
+            assert!(period >= 0x90, "scale {scale}: period {period:#x}");
+            // Rounded up: a period the budget chose is never shorter than it asked for.
+            assert!(period as f64 >= (base as f64 * scale).round().max(1.0));
+        }
+        // PEBS takes any period.
+        assert_eq!(period_at(64_000, 1.37, PeriodRule::ANY), 87_680);
     }
 
     #[test]

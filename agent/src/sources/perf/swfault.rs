@@ -8,7 +8,10 @@
 
 use memtide_common::{AccessKind, SampleSource};
 
-use super::sampler::{EventSpec, SamplerSpec};
+use super::{
+    budget::PeriodRule,
+    sampler::{EventSpec, SamplerSpec},
+};
 use memtide_host::sys::perf::{self, PerfAttr};
 
 /// The event, sampling one fault in `period`.
@@ -28,6 +31,7 @@ pub fn page_fault_event(period: u64) -> EventSpec {
         kind: AccessKind::Unknown,
         group_leader: false,
         cpus: None,
+        period_rule: PeriodRule::ANY,
     }
 }
 
