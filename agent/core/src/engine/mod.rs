@@ -173,7 +173,11 @@ pub struct Engine {
     cfg: EngineConfig,
     stage1: Stage1,
     stage2: Stage2,
+    /// Stage-1 weighted heats (the top-N cut-off), then stage-2 page counts (the hot pages).
     hist: Histogram,
+    /// Stage-1 accesses (the superpage hot set), filled in the same pass over the records as
+    /// `hist`'s heats: one walk of 20 MiB fewer per interval at 1 TiB.
+    cover_hist: Histogram,
     reuse: ReuseHistogram,
     /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
     read_write_ratio: u32,
@@ -206,6 +210,7 @@ impl Engine {
             stage1: Stage1::default(),
             stage2: Stage2::default(),
             hist: Histogram::default(),
+            cover_hist: Histogram::default(),
             reuse: ReuseHistogram::default(),
             read_write_ratio,
             epoch_end: None,
@@ -392,6 +397,7 @@ impl Engine {
         let factor = self.units.write_factor();
         let (mut rd, mut wd) = (0, 0);
         self.hist.clear();
+        self.cover_hist.clear();
         let epoch_end = self.epoch_end.take();
         for rec in self.stage1.records_mut() {
             if let Some((cutoff, at_plan)) = epoch_end {
@@ -407,6 +413,7 @@ impl Engine {
                 self.reuse.record(g);
             }
             self.hist.add(rec.weighted(ww, factor));
+            self.cover_hist.add(rec.accesses(factor));
         }
         self.select_stage2();
         self.forget_cold(self.last_closed_stamp());
@@ -466,11 +473,7 @@ impl Engine {
 
     fn update_hot_stats(&mut self, rd: u64, wd: u64) {
         let (share, factor) = (self.cfg.hot_coverage, self.units.write_factor());
-        self.hist.clear();
-        for rec in self.stage1.records() {
-            self.hist.add(rec.accesses(factor));
-        }
-        let sp: Coverage = self.hist.cover(share);
+        let sp: Coverage = self.cover_hist.cover(share);
         self.hot_cutoff = sp.min_count;
         self.hist.clear();
         for (slot, _) in self.stage2.live_sorted() {
@@ -545,7 +548,10 @@ impl Engine {
     /// Heap bytes held between calls: capacities of every map and vector, not their lengths.
     #[must_use]
     pub fn memory_bytes(&self) -> usize {
-        self.stage1.memory_bytes() + self.stage2.memory_bytes() + self.hist.memory_bytes()
+        self.stage1.memory_bytes()
+            + self.stage2.memory_bytes()
+            + self.hist.memory_bytes()
+            + self.cover_hist.memory_bytes()
     }
 }
 

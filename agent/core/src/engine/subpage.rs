@@ -41,9 +41,9 @@ pub fn value(c: u32) -> u32 {
 /// A page's read and write counts together, in read samples (a write sample stands for
 /// `write_factor` times the accesses of a read sample).
 pub fn in_read_samples(reads: u32, writes: u32, write_factor: f64) -> u32 {
-    (f64::from(value(reads)) + write_factor * f64::from(value(writes)))
-        .round()
-        .clamp(0.0, f64::from(u32::MAX)) as u32
+    super::superpage::read_samples(
+        f64::from(value(reads)) + write_factor * f64::from(value(writes)),
+    )
 }
 
 /// Cools a counter by `shift` bits; overflow is cleared (the count it stood for is cooled too).
