@@ -33,16 +33,13 @@ use tokio::sync::mpsc;
 use self::{
     epoch::EpochOutcome,
     observe::Assumed,
-    views::{EpochInput, Sampled},
+    views::{EpochInput, MAX_SAMPLED_PAGES, Sampled},
 };
 use super::status::{AgentStatus, TargetStatus};
 use crate::{
     metrics::{CounterF64, Metrics},
     sources::TargetInput,
 };
-
-/// Sampled pages remembered per epoch for the hit ratio.
-const MAX_SAMPLED_PAGES: usize = 1 << 16;
 
 /// Why the agent only observes (`Some`), read by every target at each epoch.
 pub type ObserveSwitch = Arc<RwLock<Option<String>>>;
@@ -104,10 +101,9 @@ impl State {
             TargetInput::Samples(batch) => {
                 self.tiering.observe_records(&batch, now);
                 self.status.samples += batch.len() as u64;
-                let room = MAX_SAMPLED_PAGES.saturating_sub(epoch.pages.len());
-                epoch
-                    .pages
-                    .extend(batch.iter().take(room).map(Sampled::from_record));
+                for record in batch.iter() {
+                    epoch.keep(Sampled::from_record(record));
+                }
             }
             TargetInput::Regions(regions) => {
                 // The latest report of each region stands for the epoch.
@@ -233,8 +229,7 @@ async fn run(
                     return;
                 };
                 state = returned;
-                reused.pages.clear();
-                reused.regions.clear();
+                reused.clear();
                 epoch_input = reused;
                 publish(&status, &state.status);
                 if matches!(outcome, EpochOutcome::Exited { .. }) {

@@ -17,7 +17,9 @@ use super::{
     epoch::capacity_from,
     observe::AssumedView,
     report::{count_pages, publish_migration},
-    views::{Sampled, damon_view, knows_sampled_pages, sample_view, sampled_hot_set},
+    views::{
+        MAX_SAMPLED_PAGES, Sampled, damon_view, knows_sampled_pages, sample_view, sampled_hot_set,
+    },
     *,
 };
 
@@ -41,6 +43,32 @@ fn hot_set_is_the_smallest_hottest_cover() {
     assert_eq!(sampled_hot_set(&sampled, 0.5), [0x1000]);
     assert_eq!(sampled_hot_set(&sampled, 1.0).len(), 3);
     assert!(sampled_hot_set(&[], 0.7).is_empty());
+}
+
+#[test]
+fn the_hit_ratio_covers_the_whole_epoch_not_its_first_samples() {
+    // A quarter of the epoch on the fast page, then three quarters on the slow one: more
+    // samples than the epoch keeps.
+    let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
+    let mut input = EpochInput::default();
+    let quarter = MAX_SAMPLED_PAGES as u64;
+    for i in 0..4 * quarter {
+        let addr = if i < quarter { 0x1000 } else { 0x2000 };
+        input.keep(Sampled { addr, weight: 1 });
+    }
+    assert_eq!(input.pages.len(), MAX_SAMPLED_PAGES);
+    let view = sample_view(&input.pages, &placement, 0.7);
+    #[expect(clippy::cast_precision_loss, reason = "a share of sample counts")]
+    let fast_share = view.fast_accesses as f64 / MAX_SAMPLED_PAGES as f64;
+    // Kept uniformly: a quarter fast (the first samples alone would say all of it).
+    assert!((0.23..0.27).contains(&fast_share), "{fast_share}");
+    input.clear();
+    assert!(input.pages.is_empty());
+    input.keep(Sampled {
+        addr: 0x1000,
+        weight: 1,
+    });
+    assert_eq!(input.pages.len(), 1, "a new epoch starts filling again");
 }
 
 #[test]
@@ -100,9 +128,10 @@ fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {
 #[test]
 fn a_cached_placement_that_misses_the_sampled_pages_is_queried_again() {
     let placement = placement(&[(0x10_0000, 16)], &[]);
-    let input = |pages: &[u64]| EpochInput {
-        pages: at(pages),
-        regions: BTreeMap::new(),
+    let input = |pages: &[u64]| {
+        let mut input = EpochInput::default();
+        input.pages = at(pages);
+        input
     };
     assert!(knows_sampled_pages(
         &placement,

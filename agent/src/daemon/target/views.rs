@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use memtide_core::{engine::DamonObservation, units::PAGE_SIZE};
+use memtide_core::{engine::DamonObservation, testgen::SplitMix64, units::PAGE_SIZE};
 use memtide_host::targets::placement::{NodeCounts, TierPlacement};
 
 /// One sampled access: its address and the accesses it stands for (its sample period), so
@@ -24,13 +24,59 @@ impl Sampled {
     }
 }
 
+/// Sampled accesses an epoch keeps for the hit ratio and the hot set, at most.
+pub(super) const MAX_SAMPLED_PAGES: usize = 1 << 16;
+
 /// What a target saw between two epochs.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct EpochInput {
-    /// Sampled accesses (per-access sources).
+    /// Sampled accesses (per-access sources): a uniform sample of the epoch's, at most
+    /// [`MAX_SAMPLED_PAGES`] of them ([`Self::keep`]).
     pub(super) pages: Vec<Sampled>,
+    /// Samples offered to [`Self::keep`] this epoch.
+    offered: u64,
+    /// Chooses what the reservoir keeps; seeded, so a replay keeps the same samples.
+    rng: SplitMix64,
     /// The latest DAMON report per region start (DAMON).
     pub(super) regions: BTreeMap<u64, DamonObservation>,
+}
+
+impl Default for EpochInput {
+    fn default() -> Self {
+        Self {
+            pages: Vec::new(),
+            offered: 0,
+            rng: SplitMix64::new(0x006d_656d_7469_6465),
+            regions: BTreeMap::new(),
+        }
+    }
+}
+
+impl EpochInput {
+    /// Offers one sample: every sample of the epoch is kept with the same probability (Vitter's
+    /// algorithm R), so at a million samples a second the hit ratio covers the whole epoch, not
+    /// its first 65 ms.
+    pub(super) fn keep(&mut self, sampled: Sampled) {
+        self.offered += 1;
+        if self.pages.len() < MAX_SAMPLED_PAGES {
+            self.pages.push(sampled);
+            return;
+        }
+        let slot = self.rng.below(self.offered);
+        if let Some(kept) = usize::try_from(slot)
+            .ok()
+            .and_then(|i| self.pages.get_mut(i))
+        {
+            *kept = sampled;
+        }
+    }
+
+    /// Empties the input for the next epoch, keeping its buffers.
+    pub(super) fn clear(&mut self) {
+        self.pages.clear();
+        self.offered = 0;
+        self.regions.clear();
+    }
 }
 
 /// The smallest set of distinct pages, hottest first, covering `coverage` of the accesses the
