@@ -289,6 +289,7 @@ impl HttpServer {
     }
 
     /// The server thread's name, as `ps -L` shows it.
+    #[cfg(test)]
     #[must_use]
     pub fn thread_name(&self) -> Option<&str> {
         self.thread.thread().name()

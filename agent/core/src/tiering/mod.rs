@@ -81,11 +81,14 @@ impl Tiering {
     }
 
     /// Counts decoded ring records (as the router delivers them) into the interval that
-    /// contains `now`: each becomes an engine sample through [`Sample::from_record`].
-    pub fn observe_records(&mut self, records: &[AccessSample], now: Duration) {
+    /// contains `now`: each becomes an engine sample through [`Sample::from_record`]. Returns
+    /// those samples, for a caller that keeps some (the daemon's hit ratio) without converting
+    /// again.
+    pub fn observe_records(&mut self, records: &[AccessSample], now: Duration) -> &[Sample] {
         self.scratch.clear();
         self.scratch.extend(records.iter().map(Sample::from_record));
         self.engine.observe_samples(&self.scratch, now);
+        &self.scratch
     }
 
     /// Credits DAMON regions to the interval that contains `now`.

@@ -10,10 +10,6 @@
 
 use std::{fmt, str::FromStr};
 
-use serde::Serialize;
-
-use crate::sysfs::{self, HostRoot};
-
 /// Where the kernel's release string is read from.
 pub const OSRELEASE: &str = "proc/sys/kernel/osrelease";
 
@@ -21,7 +17,7 @@ pub const OSRELEASE: &str = "proc/sys/kernel/osrelease";
 pub const IBS_DATA_ADDRESS_SINCE: KernelVersion = KernelVersion { major: 6, minor: 1 };
 
 /// A kernel's major and minor version (`6.12` of `6.12.0-1-amd64`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct KernelVersion {
     pub major: u32,
     pub minor: u32,
@@ -56,14 +52,6 @@ impl FromStr for KernelVersion {
         let major = number(parts.next())?;
         let minor = number(parts.next())?;
         Ok(Self { major, minor })
-    }
-}
-
-impl KernelVersion {
-    /// The running kernel's version under `root`, or why it is unknown.
-    pub fn read(root: &HostRoot) -> Result<Self, String> {
-        let release = sysfs::read_trimmed(&root.path(OSRELEASE)).map_err(|e| e.to_string())?;
-        release.parse().map_err(|e: BadRelease| e.to_string())
     }
 }
 

@@ -33,7 +33,7 @@ use tokio::sync::mpsc;
 use self::{
     epoch::EpochOutcome,
     observe::Assumed,
-    views::{EpochInput, MAX_SAMPLED_PAGES, Sampled},
+    views::{EpochInput, MAX_SAMPLED_PAGES},
 };
 use super::status::{AgentStatus, TargetStatus};
 use crate::{
@@ -99,10 +99,9 @@ impl State {
     fn take(&mut self, input: TargetInput, epoch: &mut EpochInput, now: Duration) {
         match input {
             TargetInput::Samples(batch) => {
-                self.tiering.observe_records(&batch, now);
                 self.status.samples += batch.len() as u64;
-                for record in batch.iter() {
-                    epoch.keep(Sampled::from_record(record));
+                for &sample in self.tiering.observe_records(&batch, now) {
+                    epoch.keep(sample);
                 }
             }
             TargetInput::Regions(regions) => {

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use memtide_core::{
-    engine::DamonObservation,
+    engine::{AccessKind, DamonObservation, Sample},
     policy::PlacementView,
     units::{PAGE_SIZE as PAGE, Tier},
 };
@@ -17,18 +17,13 @@ use super::{
     epoch::capacity_from,
     observe::AssumedView,
     report::{count_pages, publish_migration},
-    views::{
-        MAX_SAMPLED_PAGES, Sampled, damon_view, knows_sampled_pages, sample_view, sampled_hot_set,
-    },
+    views::{MAX_SAMPLED_PAGES, damon_view, knows_sampled_pages, sample_view, sampled_hot_set},
     *,
 };
 
 /// Samples of period 1 at `addrs`.
-fn at(addrs: &[u64]) -> Vec<Sampled> {
-    addrs
-        .iter()
-        .map(|&addr| Sampled { addr, weight: 1 })
-        .collect()
+fn at(addrs: &[u64]) -> Vec<Sample> {
+    addrs.iter().map(|&addr| Sample::load(addr)).collect()
 }
 
 #[test]
@@ -54,7 +49,7 @@ fn the_hit_ratio_covers_the_whole_epoch_not_its_first_samples() {
     let quarter = MAX_SAMPLED_PAGES as u64;
     for i in 0..4 * quarter {
         let addr = if i < quarter { 0x1000 } else { 0x2000 };
-        input.keep(Sampled { addr, weight: 1 });
+        input.keep(Sample::load(addr));
     }
     assert_eq!(input.pages.len(), MAX_SAMPLED_PAGES);
     let view = sample_view(&input.pages, &placement, 0.7);
@@ -64,10 +59,7 @@ fn the_hit_ratio_covers_the_whole_epoch_not_its_first_samples() {
     assert!((0.23..0.27).contains(&fast_share), "{fast_share}");
     input.clear();
     assert!(input.pages.is_empty());
-    input.keep(Sampled {
-        addr: 0x1000,
-        weight: 1,
-    });
+    input.keep(Sample::load(0x1000));
     assert_eq!(input.pages.len(), 1, "a new epoch starts filling again");
 }
 
@@ -77,15 +69,17 @@ fn hit_ratio_and_hot_set_weigh_each_sample_by_its_period() {
     // at 1.6 M. By sample count the fast tier serves 2/3; by the accesses they stand for,
     // 128,000 of 1,728,000.
     let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
-    let load = |addr| Sampled {
+    let load = |addr| Sample {
         addr,
+        kind: AccessKind::Load,
         weight: 64_000,
     };
     let sampled = [
         load(0x1000),
         load(0x1040),
-        Sampled {
+        Sample {
             addr: 0x2000,
+            kind: AccessKind::Store,
             weight: 1_600_000,
         },
     ];
@@ -108,7 +102,7 @@ fn hit_ratio_and_hot_set_weigh_each_sample_by_its_period() {
         source: 0,
         _pad: [0; 2],
     };
-    assert_eq!(Sampled::from_record(&record).weight, 1);
+    assert_eq!(Sample::from_record(&record).weight, 1);
 }
 
 fn placement(fast: &[(u64, u64)], slow: &[(u64, u64)]) -> TierPlacement {

@@ -3,26 +3,12 @@
 
 use std::collections::BTreeMap;
 
-use memtide_core::{engine::DamonObservation, testgen::SplitMix64, units::PAGE_SIZE};
+use memtide_core::{
+    engine::{DamonObservation, Sample},
+    testgen::SplitMix64,
+    units::PAGE_SIZE,
+};
 use memtide_host::targets::placement::{NodeCounts, TierPlacement};
-
-/// One sampled access: its address and the accesses it stands for (its sample period), so
-/// that a store sample taken at 1.6 M and a load sample taken at 64,000 count in proportion.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Sampled {
-    pub(super) addr: u64,
-    pub(super) weight: u64,
-}
-
-impl Sampled {
-    /// A ring record's address and weight; a weight of 0 counts as 1, as in the engine.
-    pub(super) fn from_record(record: &memtide_common::AccessSample) -> Self {
-        Self {
-            addr: record.addr,
-            weight: record.weight.max(1),
-        }
-    }
-}
 
 /// Sampled accesses an epoch keeps for the hit ratio and the hot set, at most.
 pub(super) const MAX_SAMPLED_PAGES: usize = 1 << 16;
@@ -32,7 +18,7 @@ pub(super) const MAX_SAMPLED_PAGES: usize = 1 << 16;
 pub(super) struct EpochInput {
     /// Sampled accesses (per-access sources): a uniform sample of the epoch's, at most
     /// [`MAX_SAMPLED_PAGES`] of them ([`Self::keep`]).
-    pub(super) pages: Vec<Sampled>,
+    pub(super) pages: Vec<Sample>,
     /// Samples offered to [`Self::keep`] this epoch.
     offered: u64,
     /// Chooses what the reservoir keeps; seeded, so a replay keeps the same samples.
@@ -56,7 +42,7 @@ impl EpochInput {
     /// Offers one sample: every sample of the epoch is kept with the same probability (Vitter's
     /// algorithm R), so at a million samples a second the hit ratio covers the whole epoch, not
     /// its first 65 ms.
-    pub(super) fn keep(&mut self, sampled: Sampled) {
+    pub(super) fn keep(&mut self, sampled: Sample) {
         self.offered += 1;
         if self.pages.len() < MAX_SAMPLED_PAGES {
             self.pages.push(sampled);
@@ -81,10 +67,10 @@ impl EpochInput {
 
 /// The smallest set of distinct pages, hottest first, covering `coverage` of the accesses the
 /// epoch's samples stand for (Rainbow's hot-set definition), as page addresses.
-pub(super) fn sampled_hot_set(sampled: &[Sampled], coverage: f64) -> Vec<u64> {
+pub(super) fn sampled_hot_set(sampled: &[Sample], coverage: f64) -> Vec<u64> {
     let mut pages: Vec<(u64, u64)> = sampled
         .iter()
-        .map(|s| (s.addr & !(PAGE_SIZE - 1), s.weight))
+        .map(|s| (s.addr & !(PAGE_SIZE - 1), u64::from(s.weight)))
         .collect();
     pages.sort_unstable();
     let mut counts: Vec<(u64, u64)> = Vec::new();
@@ -130,15 +116,15 @@ pub(super) struct TierView {
 
 /// Accesses by tier, each sample weighted by the accesses it stands for (its period).
 pub(super) fn sample_view(
-    sampled: &[Sampled],
+    sampled: &[Sample],
     placement: &TierPlacement,
     coverage: f64,
 ) -> TierView {
     let mut view = TierView::default();
     for s in sampled {
         match placement.is_fast(s.addr & !(PAGE_SIZE - 1)) {
-            Some(true) => view.fast_accesses += s.weight,
-            Some(false) => view.slow_accesses += s.weight,
+            Some(true) => view.fast_accesses += u64::from(s.weight),
+            Some(false) => view.slow_accesses += u64::from(s.weight),
             None => {}
         }
     }
