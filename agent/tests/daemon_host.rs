@@ -160,6 +160,40 @@ fn bad_configurations_fail_check_config_and_run_naming_the_key() {
     );
 }
 
+/// A pid or cgroup named on the command line that is not there is a typo, not a target to
+/// wait for: `memtide run` stops at once with exit code 2 and names it, and opens no port.
+#[test]
+fn targets_named_on_the_command_line_must_exist_at_start() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let config = dir.path().join("memtide.toml");
+    std::fs::write(&config, "[agent]\nobserve = true\n").expect("write config");
+    let cases: [(&[&str], &str); 2] = [
+        (&["--pid", "999999999"], "--pid 999999999"),
+        (
+            &["--cgroup", "memtide-test.slice/no-such.service"],
+            "no such cgroup",
+        ),
+    ];
+    for (args, named) in cases {
+        let run = Command::new(support::memtide_bin())
+            .args(["run", "--listen", "127.0.0.1:0", "--config"])
+            .arg(&config)
+            .args(args)
+            .output()
+            .expect("memtide run");
+        let stderr = String::from_utf8_lossy(&run.stderr);
+        assert_eq!(run.status.code(), Some(2), "run {args:?}: {stderr}");
+        assert!(
+            stderr.contains(named),
+            "run {args:?} does not say {named:?}: {stderr}"
+        );
+        assert!(
+            !stderr.contains("serving /metrics"),
+            "run {args:?} started serving before refusing: {stderr}"
+        );
+    }
+}
+
 #[test]
 fn sighup_reloads_and_a_broken_file_keeps_the_running_configuration() {
     if support::skip_unless_root("sighup_reloads_and_a_broken_file_keeps_the_running_configuration")

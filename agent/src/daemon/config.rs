@@ -4,9 +4,13 @@
 use std::path::{Path, PathBuf};
 
 use memtide_config::{Config, ConfigError};
-use memtide_host::topology::tiering::TieredTopology;
+use memtide_host::{
+    sysfs::HostRoot,
+    targets::select::{self, Selector},
+    topology::tiering::TieredTopology,
+};
 
-use super::RunOptions;
+use super::{DaemonError, RunOptions};
 
 /// The configuration `run` uses, and the file it came from.
 pub fn load_config(options: &RunOptions) -> Result<(Config, Option<PathBuf>), ConfigError> {
@@ -32,6 +36,38 @@ pub fn load_config(options: &RunOptions) -> Result<(Config, Option<PathBuf>), Co
         config.agent.listen = listen;
     }
     Ok((config, path))
+}
+
+/// The targets the command line names (`--pid`, `--cgroup`) must be there at start: the agent
+/// stops with exit code 2 naming the first that is not, instead of idling without a word.
+/// The configuration file's targets are not checked: a file may name a service that starts
+/// later.
+pub(super) fn check_command_line_targets(
+    root: &HostRoot,
+    options: &RunOptions,
+) -> Result<(), DaemonError> {
+    let self_pid = std::process::id();
+    let pids = options
+        .pids
+        .iter()
+        .map(|&pid| ("--pid", pid.to_string(), Selector::Pid(pid)));
+    let cgroups = options.cgroups.iter().map(|path| {
+        (
+            "--cgroup",
+            path.display().to_string(),
+            Selector::Cgroup(path.clone()),
+        )
+    });
+    for (flag, value, selector) in pids.chain(cgroups) {
+        select::check_named(root, &selector, self_pid).map_err(|source| {
+            DaemonError::NamedTarget {
+                flag,
+                value,
+                source,
+            }
+        })?;
+    }
+    Ok(())
 }
 
 /// SIGHUP: `path` read again and checked against the machine, with the command line's

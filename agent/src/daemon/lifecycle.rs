@@ -32,7 +32,7 @@ use tokio::{
 use super::{
     Control, DaemonError, Environment, RunOptions,
     agent::Agent,
-    config::{load_config, observe_reason},
+    config::{check_command_line_targets, load_config, observe_reason},
     http,
     notify::Notifier,
     pods::PodWatch,
@@ -161,6 +161,7 @@ async fn prepare(
 > {
     let root = env.root.clone();
     let (mut config, config_path) = load_config(&options)?;
+    check_command_line_targets(&root, &options)?;
     match &config_path {
         Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
         None => tracing::info!(

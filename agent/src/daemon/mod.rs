@@ -66,6 +66,14 @@ pub enum DaemonError {
     Io(#[from] std::io::Error),
     #[error(transparent)]
     Kube(#[from] KubeError),
+    /// A pid or cgroup named on the command line is not there at start.
+    #[error("{flag} {value}: {source}; name a running process or an existing cgroup")]
+    NamedTarget {
+        flag: &'static str,
+        value: String,
+        #[source]
+        source: memtide_host::targets::TargetError,
+    },
 }
 
 impl DaemonError {
@@ -74,7 +82,7 @@ impl DaemonError {
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::Config(_) | Self::Kube(_) => 2,
+            Self::Config(_) | Self::Kube(_) | Self::NamedTarget { .. } => 2,
             Self::Listen(_) => 3,
             _ => 1,
         }

@@ -366,6 +366,52 @@ impl Selection {
     }
 }
 
+/// Whether a target the user named (on the command line) is there to manage now: a pid of a
+/// running user process other than memtide, a cgroup or pod whose directory exists. A typo'd
+/// name must stop the agent at start rather than leave it idling with nothing to say; a
+/// target that goes away later is the normal course of things and only reported.
+pub fn check_named(root: &HostRoot, selector: &Selector, self_pid: u32) -> Result<(), TargetError> {
+    match selector {
+        Selector::Pid(pid) => {
+            let pid = *pid;
+            if pid == self_pid {
+                return Err(TargetError::IsSelf { pid });
+            }
+            let stat = ProcStat::read(root, pid).map_err(|error| match error {
+                TargetError::Exited { .. } => TargetError::Selector {
+                    path: root.path(format!("proc/{pid}")),
+                    what: "no such process".into(),
+                },
+                other => other,
+            })?;
+            if stat.is_kernel_thread() {
+                return Err(TargetError::KernelThread {
+                    pid,
+                    comm: stat.comm,
+                });
+            }
+            Ok(())
+        }
+        Selector::Cgroup(path) => {
+            let cgroot = cgroup_v2_root(root).ok_or_else(|| no_cgroup_v2(root))?;
+            let dir = cgroot.join(path);
+            match dir.is_dir() {
+                true => Ok(()),
+                false => Err(TargetError::Selector {
+                    path: dir,
+                    what: "no such cgroup".into(),
+                }),
+            }
+        }
+        Selector::Pod(uid) => {
+            let cgroot = cgroup_v2_root(root).ok_or_else(|| no_cgroup_v2(root))?;
+            find_pod_cgroup(&cgroot, uid).map(drop)
+        }
+        // A pattern names no particular process: matching none is not an error.
+        Selector::Name(_) => Ok(()),
+    }
+}
+
 /// What a [`TargetSet::refresh`] changed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Changes {
@@ -605,6 +651,50 @@ mod tests {
         assert!(!p("?").matches(""));
         assert!(p("a*b*c").matches("aXbYbZc"));
         assert!(!p("a*b*c").matches("aXbYbZ"));
+    }
+
+    #[test]
+    fn named_targets_must_exist_when_named() {
+        let dir = fixture();
+        let root = HostRoot::new(dir.path());
+        let check =
+            |selector: Selector| check_named(&root, &selector, 10).map_err(|e| e.to_string());
+        assert_eq!(check(Selector::Pid(20)), Ok(()));
+        let missing = check(Selector::Pid(99)).unwrap_err();
+        assert!(
+            missing.contains("proc/99") && missing.contains("no such process"),
+            "{missing}"
+        );
+        assert!(
+            check(Selector::Pid(10))
+                .unwrap_err()
+                .contains("memtide itself")
+        );
+        assert!(
+            check(Selector::Pid(40))
+                .unwrap_err()
+                .contains("kernel thread")
+        );
+        assert_eq!(
+            check(Selector::Cgroup("system.slice/redis.service".into())),
+            Ok(())
+        );
+        let cgroup = check(Selector::Cgroup("system.slice/nope.service".into())).unwrap_err();
+        assert!(
+            cgroup.contains("nope.service") && cgroup.contains("no such cgroup"),
+            "{cgroup}"
+        );
+        assert_eq!(check(Selector::Pod("1234-ab-cd".into())), Ok(()));
+        assert!(
+            check(Selector::Pod("feed-beef".into()))
+                .unwrap_err()
+                .contains("feed-beef")
+        );
+        // A pattern that matches nothing yet is not a mistake.
+        assert_eq!(
+            check(Selector::Name(NamePattern("nothing*".into()))),
+            Ok(())
+        );
     }
 
     #[test]
