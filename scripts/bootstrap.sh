@@ -173,7 +173,8 @@ install_debs() {
 # bpftool: the tests check that no BPF program is left attached after the agent exits.
 # numactl: migratepages and numactl -H for the migration benchmark and the VM checks.
 # wrk: scripts/load-test.sh (the /metrics and /status load figures in docs/reliability.md).
-install_debs bpftool numactl wrk
+# linux-perf: perf, for the sim test that replays a real `perf script` capture of page faults.
+install_debs bpftool numactl wrk linux-perf
 
 if [ "$what" = host ]; then
     say "host set-up done"

@@ -7,7 +7,7 @@
 //! Formats:
 //! - [`native`]: memtide's compact binary format (documented and versioned there);
 //! - [`lackey`]: valgrind `--tool=lackey --trace-mem=yes` output;
-//! - [`perf`]: `perf script` output of `perf mem record`.
+//! - [`perf`]: `perf script` output of `perf mem record` or `perf record -e page-faults -d`.
 
 pub mod lackey;
 pub mod native;
@@ -239,7 +239,12 @@ pub fn detect(input: &mut dyn BufRead) -> io::Result<Result<Format, TraceError>>
         if line.starts_with('#') {
             continue;
         }
-        if perf::parse_line(line).is_ok() {
+        // A sample the perf reader refuses is still perf-script: detecting it lets the reader
+        // say which `perf script -F` fields to print instead of "cannot detect the format".
+        if matches!(
+            perf::parse_line(line),
+            Ok(_) | Err(perf::LineError::NoDataAddress(_))
+        ) {
             return Ok(Ok(Format::PerfScript));
         }
         break;
