@@ -449,4 +449,83 @@ mod with_a_fake_source {
         assert_eq!(planned.promoted_bytes, 0, "observe mode moves nothing");
         daemon.stop().await;
     }
+
+    /// A target far larger than any one query: 64 GiB of sparse anonymous memory whose only
+    /// touched (and sampled) pages lie 20 GiB in. The placement queries follow the samples, so
+    /// the epoch plans with those pages and the hit ratio counts them (on this one-node machine
+    /// every resident page is on the fast node 0).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_64_gib_target_sampled_above_16_gib_is_planned_and_its_hit_ratio_counts_them() {
+        const GIB: u64 = 1 << 30;
+        const TOUCHED: u64 = 256;
+        let script = format!(
+            "import mmap, sys, time\n\
+             # MAP_NORESERVE is 0x4000 on x86-64 and arm64; Python names it from 3.13 on.\n\
+             m = mmap.mmap(-1, 64 << 30, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | getattr(mmap, 'MAP_NORESERVE', 0x4000))\n\
+             for i in range({TOUCHED}):\n    m[(20 << 30) + i * 4096] = 1\n\
+             print('touched', flush=True)\n\
+             time.sleep(600)\n"
+        );
+        let mut child = Command::new("python3")
+            .args(["-c", &script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn python3");
+        let mut line = String::new();
+        std::io::BufRead::read_line(
+            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+            &mut line,
+        )
+        .unwrap();
+        assert_eq!(line.trim(), "touched");
+        let child = Sleeper(child);
+        let pid = child.pid();
+        let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
+        let base = maps
+            .lines()
+            .filter_map(|l| {
+                let (start, end) = l.split_whitespace().next()?.split_once('-')?;
+                let (start, end) = (
+                    u64::from_str_radix(start, 16).ok()?,
+                    u64::from_str_radix(end, 16).ok()?,
+                );
+                (end - start == 64 * GIB).then_some(start)
+            })
+            .next()
+            .expect("the 64 GiB mapping");
+        let machine = Machine::new(&format!(
+            "observe = true\n[targets]\npids = [{pid}]\n[topology]\nfast_nodes = [0]\nslow_nodes = [2]\n"
+        ));
+        let (daemon, source) = machine.start().await;
+        eventually("the target", || target_pids(&daemon) == [pid]).await;
+        let status = || {
+            daemon
+                .status()
+                .targets
+                .into_iter()
+                .find(|t| t.pid == pid)
+                .unwrap_or_default()
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while status().fast_hit_ratio.is_none() || status().epochs < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "no hit ratio for the samples above 16 GiB: {:?}",
+                status()
+            );
+            for i in 0..TOUCHED {
+                let addr = base + 20 * GIB + i * 4096 + 64;
+                source.ring.send(sample(pid, addr)).unwrap();
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        let seen = status();
+        assert_eq!(seen.fast_hit_ratio, Some(1.0), "{seen:?}");
+        assert!(seen.last_errors.is_empty(), "{seen:?}");
+        assert!(
+            seen.managed_bytes.get("fast").copied().unwrap_or(0) >= TOUCHED * 4096,
+            "the touched pages count as managed: {seen:?}"
+        );
+        daemon.stop().await;
+    }
 }

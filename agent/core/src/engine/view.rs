@@ -6,7 +6,7 @@ use super::{
     subpage::{self, Stage2},
     superpage::{HOT_PREV, Stage1, SuperpageRecord, TOUCHED_EPOCH},
 };
-use crate::units::{PAGE_SHIFT, PAGE_SIZE, SUBPAGES};
+use crate::units::{PAGE_SHIFT, PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT};
 
 /// What the planner may read of one target's hotness. The engine alone changes its counters,
 /// and resets what an epoch accumulates in [`super::Engine::end_epoch`].
@@ -37,6 +37,16 @@ impl<'a> HotnessView<'a> {
     /// Every stage-1 record: one per touched superpage.
     pub(crate) fn superpages(&self) -> &'a [SuperpageRecord] {
         self.stage1.records()
+    }
+
+    /// Start addresses of every superpage stage 1 tracks, in no particular order: where the
+    /// planner looks for candidates and sampled victims, so what a caller's placement view
+    /// should cover.
+    pub fn tracked_superpages(&self) -> impl Iterator<Item = u64> + 'a {
+        self.stage1
+            .records()
+            .iter()
+            .map(|rec| rec.sp << SUPERPAGE_SHIFT)
     }
 
     /// The stage-1 record of superpage `sp`, if it was touched.

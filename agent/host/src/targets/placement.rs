@@ -187,6 +187,13 @@ impl TierPlacement {
         }
     }
 
+    /// The ranges queried, `[start, end)` in address order.
+    pub fn queried(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
+        self.ranges
+            .iter()
+            .map(|(&start, statuses)| (start, start + statuses.len() as u64 * PAGE))
+    }
+
     /// Pages per node over everything queried.
     #[must_use]
     pub fn counts(&self) -> NodeCounts {

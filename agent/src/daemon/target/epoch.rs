@@ -22,13 +22,11 @@ use memtide_host::{
 use super::{
     State,
     observe::AssumedView,
-    views::{EpochInput, TierView, bytes_on, knows_sampled_pages, tier_view},
+    query::{self, Mappings, QUERY_BUDGET_PAGES, QueryRanges},
+    views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
 use crate::daemon::sample_rate::charge_migration;
 
-/// Pages of a target queried per epoch at most; beyond this the placement view is partial
-/// so one huge process cannot stall the agent.
-const MAX_QUERY_PAGES: u64 = 4 << 20;
 /// How long a placement query stays good when memtide moved nothing. Querying is a page-table
 /// walk over the whole target (most of an idle agent's CPU when done every epoch); between
 /// queries only the kernel or another tool can move pages, and the executor verifies every
@@ -130,8 +128,9 @@ impl State {
             .as_ref()
             .is_some_and(|report| report.total().pages_moved > 0);
         let (placement, after, queried_at) = if moved {
+            let ranges: Vec<(u64, u64)> = placement.queried().collect();
             let placement = charge_migration(&migration_cpu, || {
-                placement_of(&self.target, &self.spec.fast_nodes)
+                query_placement(&self.target, &self.spec.fast_nodes, &ranges)
             })
             .unwrap_or(placement);
             let after = tier_view(input, &placement, coverage);
@@ -139,11 +138,7 @@ impl State {
         } else {
             (placement, before, queried_at)
         };
-        let counts = placement.counts();
-        let managed = [
-            ("fast", bytes_on(&counts, &self.spec.fast_nodes)),
-            ("slow", bytes_on(&counts, &self.spec.slow_nodes)),
-        ];
+        let managed = charge_migration(&migration_cpu, || self.managed(executed.as_ref()));
         self.placement = Some((queried_at, placement));
         EpochOutcome::Planned(Box::new(Planned {
             before,
@@ -167,11 +162,61 @@ impl State {
             {
                 Ok((at, placement))
             }
-            _ => Ok((
-                Instant::now(),
-                placement_of(&self.target, &self.spec.fast_nodes)?,
-            )),
+            _ => {
+                let mappings = Mappings::new(
+                    self.target
+                        .maps()?
+                        .into_iter()
+                        .filter(|m| m.is_migratable())
+                        .map(|m| (m.start, m.end))
+                        .collect(),
+                );
+                let view = self.tiering.engine().view();
+                let ranges: QueryRanges = query::query_ranges(
+                    &mappings,
+                    input.pages.iter().map(|sample| sample.addr),
+                    view.tracked_superpages(),
+                    &mut self.sweep,
+                    QUERY_BUDGET_PAGES,
+                );
+                Ok((
+                    Instant::now(),
+                    query_placement(&self.target, &self.spec.fast_nodes, &ranges.ranges)?,
+                ))
+            }
         }
+    }
+
+    /// Bytes of the target on the fast and on the slow nodes. From numa_maps (the kernel's
+    /// count of what is resident, at any size of target; the placement query covers only the
+    /// pages an epoch asks about), read at most every [`PLACEMENT_MAX_AGE`], and in between
+    /// moved by what the executor moved.
+    fn managed(&mut self, executed: Option<&ExecReport>) -> [(&'static str, u64); 2] {
+        let fresh = match self.managed {
+            Some((at, _)) if at.elapsed() < PLACEMENT_MAX_AGE => None,
+            _ => self.target.numa_maps().ok().map(|maps| {
+                let on = |nodes: &[u32]| -> u64 {
+                    maps.iter()
+                        .flat_map(|map| nodes.iter().map(|&node| map.bytes_on(node)))
+                        .fold(0, u64::saturating_add)
+                };
+                [on(&self.spec.fast_nodes), on(&self.spec.slow_nodes)]
+            }),
+        };
+        match (fresh, &mut self.managed) {
+            (Some(bytes), managed) => *managed = Some((Instant::now(), bytes)),
+            (None, Some((_, [fast, slow]))) => {
+                if let Some(report) = executed {
+                    let promoted = report.promote.pages_moved * PAGE_SIZE;
+                    let demoted = report.demote.pages_moved * PAGE_SIZE;
+                    *fast = (*fast + promoted).saturating_sub(demoted);
+                    *slow = (*slow + demoted).saturating_sub(promoted);
+                }
+            }
+            (None, None) => {}
+        }
+        let [fast, slow] = self.managed.map_or([0, 0], |(_, bytes)| bytes);
+        [("fast", fast), ("slow", slow)]
     }
 
     /// The plan for the epoch ending at `now`. Observe mode plans against the placement its
@@ -263,17 +308,15 @@ pub(super) fn capacity_from(
     }
 }
 
-/// Queries where the target's migratable memory is.
-fn placement_of(target: &Target, fast_nodes: &[u32]) -> Result<TierPlacement, TargetError> {
+/// Queries where the pages of `ranges` (sorted, disjoint `[start, end)`) are.
+fn query_placement(
+    target: &Target,
+    fast_nodes: &[u32],
+    ranges: &[(u64, u64)],
+) -> Result<TierPlacement, TargetError> {
     let mut placement = TierPlacement::new(fast_nodes.to_vec());
-    let mut budget = MAX_QUERY_PAGES * PAGE_SIZE;
-    for mapping in target.maps()?.into_iter().filter(|m| m.is_migratable()) {
-        let len = (mapping.end - mapping.start).min(budget);
-        if len == 0 {
-            break;
-        }
-        placement.query(target, mapping.start, len)?;
-        budget -= len;
+    for &(start, end) in ranges {
+        placement.query(target, start, end - start)?;
     }
     Ok(placement)
 }

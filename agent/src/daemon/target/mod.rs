@@ -12,6 +12,7 @@
 
 mod epoch;
 mod observe;
+mod query;
 mod report;
 #[cfg(test)]
 mod tests;
@@ -71,6 +72,10 @@ struct State {
     status: TargetStatus,
     /// The last placement query and when it ran.
     placement: Option<(Instant, TierPlacement)>,
+    /// Where the placement queries' sweep over the target goes on from.
+    sweep: query::Sweep,
+    /// Bytes on the fast and the slow nodes, and when numa_maps last said so.
+    managed: Option<(Instant, [u64; 2])>,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
@@ -153,6 +158,8 @@ pub fn spawn(
         tiering,
         executor,
         placement: None,
+        sweep: query::Sweep::default(),
+        managed: None,
         untracked_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),

@@ -8,7 +8,7 @@ use memtide_core::{
     testgen::SplitMix64,
     units::PAGE_SIZE,
 };
-use memtide_host::targets::placement::{NodeCounts, TierPlacement};
+use memtide_host::targets::placement::TierPlacement;
 
 /// Sampled accesses an epoch keeps for the hit ratio and the hot set, at most.
 pub(super) const MAX_SAMPLED_PAGES: usize = 1 << 16;
@@ -99,10 +99,6 @@ pub(super) fn sampled_hot_set(sampled: &[Sample], coverage: f64) -> Vec<u64> {
         })
         .map(|(page, _)| page)
         .collect()
-}
-
-pub(super) fn bytes_on(counts: &NodeCounts, nodes: &[u32]) -> u64 {
-    nodes.iter().map(|&node| counts.on(node)).sum::<u64>() * PAGE_SIZE
 }
 
 /// Sampled accesses and the hot set, by the tier their pages are on.
