@@ -76,6 +76,13 @@ pub struct NodeTier {
     pub tier: String,
 }
 
+/// `{node, kind}`: a node's cost of one kind of access (`read`, `write`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct NodeKind {
+    pub node: String,
+    pub kind: String,
+}
+
 /// `{program}`.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ProgramLabel {
@@ -108,6 +115,8 @@ pub struct Metrics {
     pub managed_bytes: Family<TargetTier, Gauge>,
     pub tier_capacity_bytes: Family<NodeTier, Gauge>,
     pub tier_free_bytes: Family<NodeTier, Gauge>,
+    pub tier_latency_seconds: Family<NodeKind, GaugeF64>,
+    pub tier_bandwidth_bytes_per_second: Family<NodeKind, GaugeF64>,
     pub engine_memory_bytes: Gauge,
     pub bpf_run_seconds: Family<ProgramLabel, CounterF64>,
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
@@ -272,6 +281,16 @@ impl Metrics {
             "tier_free_bytes",
             "Free memory of each NUMA node, with its tier",
             self.tier_free_bytes.clone(),
+        );
+        registry.register(
+            "tier_latency_seconds",
+            "Access latency of each NUMA node's memory by kind (read, write): [[topology.costs]], else the firmware's HMAT, else SLIT distance times the configured local latency (memtide status says which)",
+            self.tier_latency_seconds.clone(),
+        );
+        registry.register(
+            "tier_bandwidth_bytes_per_second",
+            "Access bandwidth of each NUMA node's memory by kind (read, write), from [[topology.costs]] or HMAT; absent when neither gives it",
+            self.tier_bandwidth_bytes_per_second.clone(),
         );
         registry.register(
             "opted_in_pods",
@@ -440,7 +459,7 @@ mod tests {
     use super::*;
 
     /// The metric names fixed by the daemon issue; dashboards and alerts use them.
-    pub(crate) const CONTRACT: [&str; 19] = [
+    pub(crate) const CONTRACT: [&str; 21] = [
         "memtide_fast_tier_hit_ratio",
         "memtide_accesses_sampled_total",
         "memtide_samples_total",
@@ -455,6 +474,8 @@ mod tests {
         "memtide_managed_bytes",
         "memtide_tier_capacity_bytes",
         "memtide_tier_free_bytes",
+        "memtide_tier_latency_seconds",
+        "memtide_tier_bandwidth_bytes_per_second",
         "memtide_engine_memory_bytes",
         "memtide_bpf_run_seconds_total",
         "memtide_build_info",
@@ -543,6 +564,14 @@ mod tests {
             })
             .set(2.0);
         m.sampling_cpu_ratio.set(0.008);
+        for family in [&m.tier_latency_seconds, &m.tier_bandwidth_bytes_per_second] {
+            family
+                .get_or_create(&NodeKind {
+                    node: "0".into(),
+                    kind: "read".into(),
+                })
+                .set(1.0);
+        }
         m.engine_untracked_samples
             .get_or_create(&TargetLabel { target: target() })
             .inc();

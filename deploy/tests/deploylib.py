@@ -50,6 +50,8 @@ CONTRACT_METRICS = {
     "memtide_managed_bytes",
     "memtide_tier_capacity_bytes",
     "memtide_tier_free_bytes",
+    "memtide_tier_latency_seconds",
+    "memtide_tier_bandwidth_bytes_per_second",
     "memtide_engine_memory_bytes",
     "memtide_bpf_run_seconds_total",
     "memtide_build_info",

@@ -409,10 +409,38 @@ impl Config {
                 format!("nodes {both:?} are listed as both fast and slow"),
             );
         }
+        let cost_nodes: Vec<u32> = self.topology.costs.iter().map(|c| c.node).collect();
+        for cost in &self.topology.costs {
+            let values = [
+                cost.read_latency_ns,
+                cost.write_latency_ns,
+                cost.read_bandwidth_mbps,
+                cost.write_bandwidth_mbps,
+            ];
+            if values.contains(&Some(0)) {
+                problem(
+                    "topology.costs",
+                    format!(
+                        "node {}: a latency or bandwidth of 0 means nothing; leave the field out to use HMAT or SLIT",
+                        cost.node
+                    ),
+                );
+            }
+            if cost_nodes.iter().filter(|&&n| n == cost.node).count() > 1 {
+                problem(
+                    "topology.costs",
+                    format!(
+                        "node {} has more than one [[topology.costs]] entry",
+                        cost.node
+                    ),
+                );
+            }
+        }
         if let Some(topology) = topology {
             for (key, nodes) in [
                 ("topology.fast_nodes", &self.topology.fast_nodes),
                 ("topology.slow_nodes", &self.topology.slow_nodes),
+                ("topology.costs", &cost_nodes),
             ] {
                 for node in nodes {
                     if topology.node(*node).is_none() {
@@ -569,6 +597,34 @@ mod tests {
             (config.engine.engine.top_n, config.engine.policy.rw.window),
             (4, 5)
         );
+    }
+
+    #[test]
+    fn node_costs_are_checked_against_the_machine() {
+        let config = parse(
+            "[[topology.costs]]\nnode = 0\nread_latency_ns = 90\nwrite_bandwidth_mbps = 0\n\
+             [[topology.costs]]\nnode = 3\nread_latency_ns = 300\n",
+        )
+        .unwrap();
+        assert_eq!(config.topology.costs[0].read_latency_ns, Some(90));
+        let fixture =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/fixtures/machines/vm-single-node");
+        let topology = Topology::read(&memtide_host::sysfs::HostRoot::new(fixture)).unwrap();
+        let problems = config.problems(Some(&topology));
+        let messages: Vec<&str> = problems.iter().map(|p| p.message.as_str()).collect();
+        assert!(
+            problems.iter().all(|p| p.key == "topology.costs"),
+            "{problems:?}"
+        );
+        assert!(
+            messages[0].contains("node 0") && messages[0].contains("of 0"),
+            "{messages:?}"
+        );
+        assert!(
+            messages[1].contains("node 3 does not exist"),
+            "{messages:?}"
+        );
+        assert!(parse("[[topology.costs]]\nnode = 0\nlatency = 1\n").is_err());
     }
 
     #[test]

@@ -12,13 +12,16 @@ use std::{
 };
 
 use memtide_config::Config;
-use memtide_core::ingest::IngestCounters;
+use memtide_core::{ingest::IngestCounters, policy::TierCost};
 use memtide_host::{
     exec::TierNodes,
     probe::SourceKind,
     sysfs::{HostRoot, SysfsError},
     targets::select::{Selection, TargetSet},
-    topology::tiering::{HotplugWatch, TierOverride, TieredTopology},
+    topology::{
+        costs::{self, LocalLatency, NodeCost},
+        tiering::{HotplugWatch, TierOverride, TieredTopology},
+    },
 };
 use tokio::sync::mpsc;
 
@@ -90,6 +93,29 @@ pub(super) fn source_update(kind: SourceKind, old: &[u32], new: &[u32]) -> Sourc
     }
 }
 
+/// What accessing each node of `tiered` costs under `config`; SLIT distances scale the planner's
+/// default fast-tier latencies.
+pub(super) fn node_costs(config: &Config, tiered: &TieredTopology) -> BTreeMap<u32, NodeCost> {
+    let benefit = &config.engine.policy.benefit;
+    costs::node_costs(
+        tiered,
+        &config.topology.costs,
+        LocalLatency {
+            read_ns: benefit.fast_read_ns,
+            write_ns: benefit.fast_write_ns,
+        },
+    )
+}
+
+/// The planner's view of a node's costs (Eq. 1 latencies, BW-AWARE's read bandwidth).
+fn tier_cost(cost: &NodeCost) -> TierCost {
+    TierCost {
+        read_ns: cost.read_latency_ns,
+        write_ns: cost.write_latency_ns,
+        bandwidth_bytes_per_s: cost.read_bandwidth_bytes_per_s,
+    }
+}
+
 fn label_for(root: &HostRoot, pid: u32) -> String {
     let comm = std::fs::read_to_string(root.path(format!("proc/{pid}/comm")))
         .map(|c| c.trim().to_owned())
@@ -98,12 +124,23 @@ fn label_for(root: &HostRoot, pid: u32) -> String {
 }
 
 impl Agent {
+    /// What accessing each node costs: `[[topology.costs]]`, else HMAT, else SLIT (the model in
+    /// `memtide_host::topology::costs`).
+    pub(super) fn node_costs(&self) -> BTreeMap<u32, NodeCost> {
+        node_costs(&self.config, &self.tiered)
+    }
+
     fn target_spec(&self, pid: u32) -> TargetSpec {
         let classes = &self.tiered.classes;
         let nodes = classes
             .best_node(&self.tiered.topology, true)
             .zip(classes.best_node(&self.tiered.topology, false))
             .map(|(fast, slow)| TierNodes { fast, slow });
+        let costs = self.node_costs();
+        let tier_cost = |node: Option<u32>| {
+            node.and_then(|node| costs.get(&node))
+                .map_or_else(TierCost::default, tier_cost)
+        };
         TargetSpec {
             pid,
             label: label_for(&self.root, pid),
@@ -112,6 +149,10 @@ impl Agent {
             observe: Arc::clone(&self.observe_switch),
             fast_nodes: classes.fast.clone(),
             slow_nodes: classes.slow.clone(),
+            costs: [
+                tier_cost(nodes.map(|n| n.fast)),
+                tier_cost(nodes.map(|n| n.slow)),
+            ],
             nodes,
             root: self.root.clone(),
         }
@@ -190,11 +231,13 @@ impl Agent {
                     slow = ?tiered.classes.slow,
                     "NUMA nodes changed (memory hotplug); tiers re-read"
                 );
-                if let Ok(mut status) = self.status.write() {
-                    status.fast_nodes.clone_from(&tiered.classes.fast);
-                    status.slow_nodes.clone_from(&tiered.classes.slow);
-                }
                 self.tiered = tiered;
+                let costs = self.node_costs().into_values().collect();
+                if let Ok(mut status) = self.status.write() {
+                    status.fast_nodes.clone_from(&self.tiered.classes.fast);
+                    status.slow_nodes.clone_from(&self.tiered.classes.slow);
+                    status.node_costs = costs;
+                }
                 self.update_observe_reason();
             }
             // The tiers read last stay in use; moves to a node that went away fail per page

@@ -31,7 +31,7 @@ use tokio::{
 
 use super::{
     Control, DaemonError, Environment, RunOptions,
-    agent::Agent,
+    agent::{self, Agent},
     config::{check_command_line_targets, load_config, observe_reason},
     http,
     notify::Notifier,
@@ -191,6 +191,7 @@ async fn prepare(
         observe_reason: observe_reason.clone(),
         fast_nodes: tiered.classes.fast.clone(),
         slow_nodes: tiered.classes.slow.clone(),
+        node_costs: agent::node_costs(&config, &tiered).into_values().collect(),
         targets: Vec::new(),
     }));
     let ready = Arc::new(AtomicBool::new(false));

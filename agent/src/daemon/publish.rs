@@ -7,7 +7,7 @@ use std::{collections::BTreeMap, sync::atomic::Ordering};
 use memtide_host::topology::Topology;
 
 use super::{agent::Agent, status::AgentStatus};
-use crate::metrics::{NodeTier, ProgramLabel, SourceLabel, SourceReason};
+use crate::metrics::{NodeKind, NodeTier, ProgramLabel, SourceLabel, SourceReason};
 
 /// Last values pushed into counters that mirror cumulative kernel or ingest counts.
 #[derive(Debug, Default)]
@@ -142,6 +142,38 @@ impl Agent {
                 .tier_free_bytes
                 .get_or_create(&labels)
                 .set(i64::try_from(node.free_bytes).unwrap_or(i64::MAX));
+        }
+        for cost in self.node_costs().into_values() {
+            let kinds = [
+                (
+                    "read",
+                    cost.read_latency_ns,
+                    cost.read_bandwidth_bytes_per_s,
+                ),
+                (
+                    "write",
+                    cost.write_latency_ns,
+                    cost.write_bandwidth_bytes_per_s,
+                ),
+            ];
+            for (kind, latency_ns, bandwidth) in kinds {
+                let labels = NodeKind {
+                    node: cost.node.to_string(),
+                    kind: kind.to_owned(),
+                };
+                if let Some(ns) = latency_ns {
+                    self.metrics
+                        .tier_latency_seconds
+                        .get_or_create(&labels)
+                        .set(ns / 1e9);
+                }
+                if let Some(bytes_per_s) = bandwidth {
+                    self.metrics
+                        .tier_bandwidth_bytes_per_second
+                        .get_or_create(&labels)
+                        .set(bytes_per_s);
+                }
+            }
         }
     }
 }

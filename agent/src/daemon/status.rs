@@ -2,6 +2,7 @@
 
 use std::{collections::BTreeMap, fmt::Write as _};
 
+use memtide_host::topology::costs::NodeCost;
 use serde::{Deserialize, Serialize};
 
 /// The agent as a whole.
@@ -14,6 +15,9 @@ pub struct AgentStatus {
     pub observe_reason: Option<String>,
     pub fast_nodes: Vec<u32>,
     pub slow_nodes: Vec<u32>,
+    /// What each node costs to access, and where that came from (`hmat`, `slit`, `config`).
+    #[serde(default)]
+    pub node_costs: Vec<NodeCost>,
     pub targets: Vec<TargetStatus>,
 }
 
@@ -68,6 +72,22 @@ impl AgentStatus {
         );
         if let Some(reason) = &self.observe_reason {
             let _ = writeln!(out, "not migrating: {reason}");
+        }
+        for cost in &self.node_costs {
+            let ns = |v: Option<f64>| v.map_or_else(|| "-".to_owned(), |v| format!("{v:.0} ns"));
+            let bw = |v: Option<f64>| {
+                v.map_or_else(|| "-".to_owned(), |v| format!("{}/s", bytes(v as u64)))
+            };
+            let _ = writeln!(
+                out,
+                "node {}: read {} {}, write {} {} ({})",
+                cost.node,
+                ns(cost.read_latency_ns),
+                bw(cost.read_bandwidth_bytes_per_s),
+                ns(cost.write_latency_ns),
+                bw(cost.write_bandwidth_bytes_per_s),
+                cost.source.as_str()
+            );
         }
         if self.targets.is_empty() {
             let _ = writeln!(out, "no targets");
@@ -137,6 +157,14 @@ mod tests {
             observe_reason: Some("one NUMA node".into()),
             fast_nodes: vec![0],
             slow_nodes: vec![],
+            node_costs: vec![NodeCost {
+                node: 0,
+                read_latency_ns: Some(80.0),
+                write_latency_ns: Some(80.0),
+                read_bandwidth_bytes_per_s: None,
+                write_bandwidth_bytes_per_s: None,
+                source: memtide_host::topology::costs::CostSource::Slit,
+            }],
             targets: vec![TargetStatus {
                 target: "workload:42".into(),
                 pid: 42,
@@ -153,6 +181,10 @@ mod tests {
         };
         let table = status.to_table();
         assert!(table.contains("not migrating: one NUMA node"), "{table}");
+        assert!(
+            table.contains("node 0: read 80 ns -, write 80 ns - (slit)"),
+            "{table}"
+        );
         let row = table
             .lines()
             .find(|l| l.starts_with("workload:42"))

@@ -397,8 +397,12 @@ mod with_a_fake_source {
         .await;
         let (heap_start, _) = heap().expect("heap");
         let base = heap_start + 4 * 4096;
+        // The real pages are on node 0, here the slow tier; the fixture's HMAT gives nodes 0
+        // and 1 the same latency, so node 0 is declared slower (nothing gains from a move
+        // between equals).
         let machine = Machine::new(&format!(
-            "observe = true\n[targets]\npids = [{pid}]\n[topology]\nfast_nodes = [1]\nslow_nodes = [0]\n"
+            "observe = true\n[targets]\npids = [{pid}]\n[topology]\nfast_nodes = [1]\nslow_nodes = [0]\n\
+             [[topology.costs]]\nnode = 0\nread_latency_ns = 300\nwrite_latency_ns = 600\n"
         ));
         let (daemon, source) = machine.start().await;
         eventually("the target", || target_pids(&daemon) == [pid]).await;
@@ -526,6 +530,63 @@ mod with_a_fake_source {
             seen.managed_bytes.get("fast").copied().unwrap_or(0) >= TOUCHED * 4096,
             "the touched pages count as managed: {seen:?}"
         );
+        daemon.stop().await;
+    }
+
+    /// The machine's HMAT (the CXL fixture: node 2 at 260/270 ns, 50/40 GB/s) reaches the
+    /// running agent: `/status` and `/metrics` carry each node's costs and their source, and a
+    /// `[[topology.costs]]` entry overrides the firmware field by field.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn tier_costs_come_from_hmat_and_the_configuration_and_are_exported() {
+        let machine = Machine::new("[[topology.costs]]\nnode = 1\nread_latency_ns = 150\n");
+        let (daemon, _source) = machine.start().await;
+        let costs = daemon.status().node_costs;
+        let cxl = costs.iter().find(|c| c.node == 2).expect("node 2");
+        assert_eq!(cxl.source.as_str(), "hmat", "{costs:?}");
+        assert_eq!(
+            (cxl.read_latency_ns, cxl.write_latency_ns),
+            (Some(260.0), Some(270.0))
+        );
+        assert_eq!(cxl.read_bandwidth_bytes_per_s, Some(50e9));
+        let configured = costs.iter().find(|c| c.node == 1).expect("node 1");
+        assert_eq!(configured.source.as_str(), "config", "{costs:?}");
+        assert_eq!(configured.read_latency_ns, Some(150.0));
+        assert_eq!(
+            configured.write_latency_ns,
+            Some(110.0),
+            "HMAT for the rest"
+        );
+        eventually("the tier gauges", || {
+            metrics(&daemon).contains("memtide_tier_latency_seconds{")
+        })
+        .await;
+        let text = metrics(&daemon);
+        assert_eq!(
+            metric(
+                &text,
+                &[
+                    "memtide_tier_latency_seconds{",
+                    "node=\"2\"",
+                    "kind=\"write\""
+                ]
+            ),
+            Some(270e-9),
+            "{text}"
+        );
+        assert_eq!(
+            metric(
+                &text,
+                &[
+                    "memtide_tier_bandwidth_bytes_per_second{",
+                    "node=\"2\"",
+                    "kind=\"read\""
+                ]
+            ),
+            Some(50e9),
+            "{text}"
+        );
+        let table = daemon.status().to_table();
+        assert!(table.contains("node 2: read 260 ns"), "{table}");
         daemon.stop().await;
     }
 }

@@ -107,6 +107,22 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
         "status has no row for the child:\n{table}"
     );
     assert!(table.contains("source: damon"), "{table}");
+    // The VM declares HMAT (vm/run.sh: node 1 at 300 ns and 5 GiB/s from node 0's CPUs): the
+    // running agent reads it, exports it and says where it came from.
+    assert!(
+        table.contains("node 1: read 300 ns") && table.contains("(hmat)"),
+        "status does not show node 1's HMAT costs:\n{table}"
+    );
+    let latency = metrics.lines().find_map(|line| {
+        let rest = line.strip_prefix("memtide_tier_latency_seconds{")?;
+        (rest.contains("node=\"1\"") && rest.contains("kind=\"read\""))
+            .then(|| rest.rsplit(' ').next()?.parse::<f64>().ok())?
+    });
+    assert_eq!(latency, Some(300e-9), "node 1's read latency:\n{metrics}");
+    assert!(
+        metrics.contains("memtide_tier_bandwidth_bytes_per_second{"),
+        "no HMAT bandwidth in /metrics:\n{metrics}"
+    );
 
     stop.store(true, Ordering::Relaxed);
     let (exit, log) = agent.stop();

@@ -89,6 +89,10 @@ pub fn read_node_attrs(root: &HostRoot, topology: &Topology) -> Result<Vec<NodeA
 pub struct TierOverride {
     pub fast_nodes: Vec<u32>,
     pub slow_nodes: Vec<u32>,
+    /// Access costs of nodes, overriding HMAT and SLIT field by field, one table per node:
+    /// `[[topology.costs]]` with `node`, `read_latency_ns`, `write_latency_ns`,
+    /// `read_bandwidth_mbps`, `write_bandwidth_mbps` (each optional but `node`).
+    pub costs: Vec<super::costs::NodeCostOverride>,
 }
 
 /// Which rule classified the nodes.
@@ -429,8 +433,8 @@ mod tests {
     fn override_wins() {
         let root = fixture("two-socket");
         let over = TierOverride {
-            fast_nodes: vec![],
             slow_nodes: vec![1],
+            ..TierOverride::default()
         };
         let t = TieredTopology::read(&root, &over).unwrap();
         assert_eq!(
@@ -439,7 +443,7 @@ mod tests {
         );
         let over = TierOverride {
             fast_nodes: vec![0, 7],
-            slow_nodes: vec![],
+            ..TierOverride::default()
         };
         let t = TieredTopology::read(&root, &over).unwrap();
         assert!(t.classes.warning.unwrap().contains("[7]"));

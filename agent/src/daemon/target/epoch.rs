@@ -223,12 +223,13 @@ impl State {
     /// earlier plans would have produced; the gauges, the hit ratio and the cached query keep
     /// the real one.
     fn plan(&mut self, now: Duration, placement: &TierPlacement) -> Plan {
-        let capacity = capacity_view(
+        let mut capacity = capacity_view(
             &self.spec.root,
             &self.spec.fast_nodes,
             &self.spec.slow_nodes,
             self.spec.exec.reserve_bytes,
         );
+        [capacity.fast, capacity.slow] = self.spec.costs;
         let observing = self.observing() || self.spec.nodes.is_none();
         if !observing {
             // Migrating (again): what is real is what counts.

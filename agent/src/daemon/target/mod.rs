@@ -60,6 +60,8 @@ pub struct TargetSpec {
     pub slow_nodes: Vec<u32>,
     /// Where promotions and demotions go.
     pub nodes: Option<TierNodes>,
+    /// What the fast and the slow node of `nodes` cost to access (Eq. 1, BW-AWARE).
+    pub costs: [memtide_core::policy::TierCost; 2],
     pub root: HostRoot,
 }
 
