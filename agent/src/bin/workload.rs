@@ -5,14 +5,33 @@
 //! whole. With `--node N` the workload allocates the buffer on node N (first touch under
 //! `MPOL_BIND`, then the range's policy goes back to the default, so kernel NUMA balancing and
 //! DAMON treat it like any other memory), writing the checksum pattern into every page;
-//! `--place NODE:PAGES` (repeatable) does the same range by range from the start. It prints `ready pid=P base=0xB size=S pages=N` once its buffer exists (untouched without
-//! `--node`), then answers one line per command:
+//! `--place NODE:PAGES` (repeatable) does the same range by range from the start.
+//!
+//! With `--span BYTES` (a count, or with a `K`, `M`, `G` or `T` suffix: powers of 1024) the
+//! pages are spread instead over a sparse region of that size, one every `BYTES / pages`
+//! (rounded down to whole pages): the process's virtual size grows with the span while the
+//! commands touch the same number of pages, so an agent's cost against target size can be
+//! measured at an equal fault rate (`scripts/bench-scale.sh`). The region is private anonymous
+//! memory that is never touched except at those pages; past 1 GiB it is allocated in 1 GiB
+//! pieces, because the kernel's default (heuristic) overcommit refuses one mapping larger than
+//! RAM + swap but not many smaller ones (under `vm.overcommit_memory = 2` a span larger than
+//! the commit limit cannot be had). Page addresses then follow each other at the stride within
+//! a piece, not across pieces. With `--cluster K` the pages go in runs of K adjacent pages
+//! instead, the runs spread evenly (one every `BYTES / runs`): `--pages 16384 --cluster 32`
+//! touches 512 runs of 32 pages at any span, each inside one 2 MiB superpage while the run
+//! stride is a multiple of 2 MiB, the same superpages-and-pages shape as 16,384 single pages
+//! over 1 GiB. `--span` excludes `--node` and `--place`.
+//!
+//! It prints `ready pid=P base=0xB size=S pages=N` (`size`: the pages' bytes; with `--span`
+//! also `span=BYTES stride=BYTES cluster=K`, `stride` from one run to the next, `base` the
+//! first page) once its buffer exists (untouched without `--node`), then answers one line per
+//! command:
 //!
 //! | command | effect | reply |
 //! |---|---|---|
 //! | `touch [FIRST COUNT]` | writes one byte in each page of the range (default: all); one page fault per page on a fresh buffer | `touched N` |
 //! | `hot FIRST COUNT SECONDS [r\|rw]` | for SECONDS, sweeps the range reading (and with `rw` also writing back) one word per page | `hot passes=P` |
-//! | `churn ROUNDS` | ROUNDS times: touch every page, then give the pages back (`MADV_DONTNEED`); one fault per page per round, like a program that keeps mapping and unmapping a hot buffer | `churned faults=F` |
+//! | `churn ROUNDS` | ROUNDS times: touch every page, then give the pages back (`MADV_DONTNEED`, page by page with `--span`); one fault per page per round, like a program that keeps mapping and unmapping a hot buffer | `churned faults=F` |
 //! | `where [FIRST COUNT [STRIDE K]]` | asks move_pages (query mode) which node each page of the range is on; with STRIDE and K only the first K pages of every STRIDE | `where N0=A N1=B absent=C` (nodes ascending, `absent`: not resident) |
 //! | `fill [FIRST COUNT]` | writes the checksum pattern into every word of each page (a new version per page) | `filled N` |
 //! | `verify [FIRST COUNT]` | compares every word of each page with the pattern of its current version | `verified pages=N mismatches=M` (mismatching pages; `first=P` names the first) |
@@ -61,6 +80,35 @@ struct Args {
     /// the pattern) before `ready`, in order from the start; pages not covered stay untouched.
     #[arg(long, value_parser = parse_place)]
     place: Vec<(u32, usize)>,
+    /// Spread the pages over a sparse region of this many bytes (suffix K, M, G or T: powers
+    /// of 1024), one every span / pages bytes, instead of packing them.
+    #[arg(long, value_parser = parse_bytes, conflicts_with_all = ["node", "place"])]
+    span: Option<usize>,
+    /// With `--span`: spread runs of this many adjacent pages rather than single pages.
+    #[arg(long, requires = "span", value_parser = clap::value_parser!(u32).range(1..))]
+    cluster: Option<u32>,
+}
+
+/// A byte count, optionally with a binary suffix: `4096`, `64G`, `1T`.
+fn parse_bytes(text: &str) -> Result<usize, String> {
+    let (digits, shift) = match text.char_indices().last() {
+        Some((at, unit)) if unit.is_ascii_alphabetic() => {
+            let shift = match unit.to_ascii_uppercase() {
+                'K' => 10,
+                'M' => 20,
+                'G' => 30,
+                'T' => 40,
+                _ => return Err(format!("{text:?}: the suffix is K, M, G or T")),
+            };
+            (&text[..at], shift)
+        }
+        _ => (text, 0),
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|count| count.checked_mul(1 << shift))
+        .ok_or_else(|| format!("bad byte count {text:?}"))
 }
 
 fn parse_place(text: &str) -> Result<(u32, usize), String> {
@@ -85,9 +133,49 @@ fn pattern(page: usize, version: u32, word: usize) -> u64 {
         ^ (word as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9)
 }
 
-struct Buffer {
+/// Pieces a `--span` region is allocated in, at most (see the module docs).
+const SPAN_PIECE: usize = 1 << 30;
+
+/// One allocation holding part of the buffer, its pages from `offset` (2 MiB-aligned) on.
+struct Piece {
     storage: Vec<u8>,
     offset: usize,
+    /// Usable bytes from `offset`.
+    len: usize,
+}
+
+/// Where each page of the buffer is: kept apart from the memory so `where` can answer while a
+/// background sweep owns the buffer.
+#[derive(Clone, Debug)]
+struct Layout {
+    /// Address of each piece's usable start.
+    bases: Vec<usize>,
+    /// Usable bytes per piece (the last may have fewer).
+    piece: usize,
+    /// Bytes from one run's start to the next: `PAGE`, or with `--span` the span's share.
+    stride: usize,
+    /// Adjacent pages per run: 1 unless `--cluster`.
+    cluster: usize,
+    pages: usize,
+}
+
+impl Layout {
+    /// Piece and byte position within its usable part of page `index`.
+    fn locate(&self, index: usize) -> (usize, usize) {
+        let at = index / self.cluster * self.stride + index % self.cluster * PAGE;
+        (at / self.piece, at % self.piece)
+    }
+
+    fn address(&self, index: usize) -> usize {
+        let (piece, within) = self.locate(index);
+        self.bases[piece] + within
+    }
+}
+
+struct Buffer {
+    pieces: Vec<Piece>,
+    layout: Layout,
+    /// Bytes of pages (`pages * PAGE`).
     len: usize,
     /// Pattern version of each page (what `verify` expects).
     versions: Vec<u32>,
@@ -98,27 +186,78 @@ impl Buffer {
     /// come straight from mmap, so its pages are not resident until written.
     fn new(pages: usize) -> Self {
         let len = pages * PAGE;
-        let storage = vec![0u8; len + HUGE];
-        let misalignment = storage.as_ptr() as usize % HUGE;
-        let offset = if misalignment == 0 {
-            0
-        } else {
-            HUGE - misalignment
+        Self::with_layout(pages, PAGE, 1, len.max(PAGE))
+    }
+
+    /// `pages` pages in runs of `cluster` spread over an untouched region of `span` bytes (see
+    /// the module docs).
+    fn spread(pages: usize, span: usize, cluster: usize) -> Result<Self, String> {
+        let stride = span
+            .checked_div(pages.div_ceil(cluster))
+            .map_or(0, |share| share / PAGE * PAGE);
+        if stride < cluster * PAGE || stride == 0 {
+            return Err(format!(
+                "a span of {span} bytes cannot hold {pages} pages of {PAGE} bytes in runs of {cluster}"
+            ));
+        }
+        Ok(Self::with_layout(pages, stride, cluster, SPAN_PIECE))
+    }
+
+    /// Runs of `cluster` pages `stride` bytes apart over pieces of `piece` usable bytes each (a
+    /// multiple of `PAGE`; a page never straddles two pieces since the stride is whole pages
+    /// too).
+    fn with_layout(pages: usize, stride: usize, cluster: usize, piece: usize) -> Self {
+        let total = pages.div_ceil(cluster) * stride;
+        let count = total.div_ceil(piece).max(1);
+        let pieces: Vec<Piece> = (0..count)
+            .map(|n| {
+                let len = (total - (n * piece).min(total)).min(piece);
+                let storage = vec![0u8; len + HUGE];
+                let misalignment = storage.as_ptr() as usize % HUGE;
+                let offset = if misalignment == 0 {
+                    0
+                } else {
+                    HUGE - misalignment
+                };
+                Piece {
+                    storage,
+                    offset,
+                    len,
+                }
+            })
+            .collect();
+        let layout = Layout {
+            bases: pieces
+                .iter()
+                .map(|p| p.storage.as_ptr() as usize + p.offset)
+                .collect(),
+            piece,
+            stride,
+            cluster,
+            pages,
         };
         Self {
-            storage,
-            offset,
-            len,
+            pieces,
+            layout,
+            len: pages * PAGE,
             versions: vec![0; pages],
         }
     }
 
     fn base(&self) -> usize {
-        self.storage.as_ptr() as usize + self.offset
+        self.layout.bases[0]
     }
 
-    fn pages_mut(&mut self) -> &mut [u8] {
-        &mut self.storage[self.offset..self.offset + self.len]
+    fn page(&self, index: usize) -> &[u8] {
+        let (piece, within) = self.layout.locate(index);
+        let piece = &self.pieces[piece];
+        &piece.storage[piece.offset + within..piece.offset + within + PAGE]
+    }
+
+    fn page_mut(&mut self, index: usize) -> &mut [u8] {
+        let (piece, within) = self.layout.locate(index);
+        let piece = &mut self.pieces[piece];
+        &mut piece.storage[piece.offset + within..piece.offset + within + PAGE]
     }
 
     /// The byte range of pages `first..first + count`, or an error naming the bad bound.
@@ -133,12 +272,27 @@ impl Buffer {
     }
 
     fn touch(&mut self, range: std::ops::Range<usize>) -> usize {
-        let pages = &mut self.pages_mut()[range];
-        for page in pages.chunks_mut(PAGE) {
+        for index in range.start / PAGE..range.end / PAGE {
             // black_box: the write must happen although nothing reads it back.
-            page[0] = std::hint::black_box(1);
+            self.page_mut(index)[0] = std::hint::black_box(1);
         }
-        pages.len() / PAGE
+        range.len() / PAGE
+    }
+
+    /// Gives every page back to the kernel (`MADV_DONTNEED`): packed pages in one call per
+    /// piece, spread ones page by page (not the untouched span between them).
+    fn discard(&mut self) -> io::Result<()> {
+        if self.layout.stride == PAGE {
+            for piece in &mut self.pieces {
+                let (start, len) = (piece.offset, piece.len);
+                memtide_host::sys::process::discard_pages(&mut piece.storage[start..start + len])?;
+            }
+        } else {
+            for index in 0..self.layout.pages {
+                memtide_host::sys::process::discard_pages(self.page_mut(index))?;
+            }
+        }
+        Ok(())
     }
 
     /// Sweeps the range until `duration` has passed; returns the number of full passes.
@@ -159,13 +313,12 @@ impl Buffer {
         for &index in pages {
             match how {
                 Sweep::Read | Sweep::ReadWrite => {
-                    let start = self.offset + index * PAGE + 8;
-                    let value = std::hint::black_box(self.storage[start]);
+                    let value = std::hint::black_box(self.page(index)[8]);
                     sum = sum.wrapping_add(u64::from(value));
                     if how == Sweep::ReadWrite {
                         // A store of the value just read: the page is written (dirty, accessed)
                         // and the pattern stays intact.
-                        self.storage[start] = std::hint::black_box(value);
+                        self.page_mut(index)[8] = std::hint::black_box(value);
                     }
                 }
                 Sweep::Rewrite => {
@@ -179,8 +332,7 @@ impl Buffer {
 
     fn write_pattern(&mut self, index: usize) {
         let version = self.versions[index];
-        let start = self.offset + index * PAGE;
-        let page = &mut self.storage[start..start + PAGE];
+        let page = self.page_mut(index);
         for (word, bytes) in page.chunks_exact_mut(8).enumerate() {
             bytes.copy_from_slice(&pattern(index, version, word).to_le_bytes());
         }
@@ -201,8 +353,7 @@ impl Buffer {
         let mut first = None;
         for index in range.start / PAGE..range.end / PAGE {
             let version = self.versions[index];
-            let start = self.offset + index * PAGE;
-            let page = &self.storage[start..start + PAGE];
+            let page = self.page(index);
             let intact = page.chunks_exact(8).enumerate().all(|(word, bytes)| {
                 let mut raw = [0u8; 8];
                 raw.copy_from_slice(bytes);
@@ -217,7 +368,8 @@ impl Buffer {
     }
 
     /// Allocates pages `first..first + count` on `node`: binds the range there, writes the
-    /// pattern (first touch allocates), then gives the range the default policy back.
+    /// pattern (first touch allocates), then gives the range the default policy back. Packed
+    /// pages only (`--span` excludes `--node` and `--place`): the range is one address range.
     fn allocate_on(&mut self, node: u32, first: usize, count: usize) -> io::Result<()> {
         let range = self
             .range(first, count)
@@ -283,9 +435,9 @@ fn page_set(buffer_pages: usize, words: &[&str]) -> Result<Vec<usize>, String> {
 }
 
 /// Which node each page is on, as `where N0=A N1=B absent=C`.
-fn where_(base: usize, pages: &[usize]) -> Result<String, String> {
+fn where_(layout: &Layout, pages: &[usize]) -> Result<String, String> {
     use memtide_host::sys::mempolicy::{Pid, query_pages};
-    let addresses: Vec<usize> = pages.iter().map(|page| base + page * PAGE).collect();
+    let addresses: Vec<usize> = pages.iter().map(|&page| layout.address(page)).collect();
     let mut nodes = std::collections::BTreeMap::new();
     let mut absent = 0usize;
     let mut status = Vec::new();
@@ -365,8 +517,7 @@ enum Holder {
 
 struct Workload {
     holder: Holder,
-    base: usize,
-    pages: usize,
+    layout: Layout,
 }
 
 impl Workload {
@@ -375,7 +526,7 @@ impl Workload {
         let reply = match (words.as_slice(), &mut self.holder) {
             (["quit"], _) => return None,
             (["where", rest @ ..], _) => {
-                page_set(self.pages, rest).and_then(|pages| where_(self.base, &pages))
+                page_set(self.layout.pages, rest).and_then(|pages| where_(&self.layout, &pages))
             }
             (["stop"], Holder::Running(_)) => {
                 let Holder::Running(background) =
@@ -390,7 +541,7 @@ impl Workload {
             }
             (["stop"], _) => Err("no background sweep runs".to_owned()),
             (["start", mode, rest @ ..], Holder::Idle(_)) => Sweep::parse(mode)
-                .and_then(|how| page_set(self.pages, rest).map(|pages| (how, pages)))
+                .and_then(|how| page_set(self.layout.pages, rest).map(|pages| (how, pages)))
                 .map(|(how, pages)| {
                     let Holder::Idle(buffer) = std::mem::replace(&mut self.holder, Holder::Empty)
                     else {
@@ -449,7 +600,8 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
                 let mut faults = 0;
                 for _ in 0..rounds {
                     faults += buffer.touch(0..buffer.len);
-                    memtide_host::sys::process::discard_pages(buffer.pages_mut())
+                    buffer
+                        .discard()
                         .map_err(|error| format!("madvise: {error}"))?;
                 }
                 Ok(format!("churned faults={faults}"))
@@ -466,7 +618,18 @@ fn main() -> ExitCode {
         eprintln!("memtide-workload: cannot disable THP: {error}");
         return ExitCode::FAILURE;
     }
-    let mut buffer = Buffer::new(args.pages);
+    let mut buffer = match args.span {
+        None => Buffer::new(args.pages),
+        Some(span) => {
+            match Buffer::spread(args.pages, span, args.cluster.map_or(1, |k| k as usize)) {
+                Ok(buffer) => buffer,
+                Err(error) => {
+                    eprintln!("memtide-workload: {error}");
+                    return ExitCode::FAILURE;
+                }
+            }
+        }
+    };
     let mut layout = args.place.clone();
     if let Some(node) = args.node {
         layout.push((node, args.pages));
@@ -485,19 +648,24 @@ fn main() -> ExitCode {
     let report = |out: &mut io::StdoutLock<'_>, line: String| {
         writeln!(out, "{line}").and_then(|()| out.flush())
     };
-    let ready = format!(
+    let mut ready = format!(
         "ready pid={} base={:#x} size={} pages={}",
         std::process::id(),
         buffer.base(),
         args.pages * PAGE,
         args.pages
     );
+    if let Some(span) = args.span {
+        ready.push_str(&format!(
+            " span={span} stride={} cluster={}",
+            buffer.layout.stride, buffer.layout.cluster
+        ));
+    }
     if report(&mut out, ready).is_err() {
         return ExitCode::FAILURE;
     }
     let mut workload = Workload {
-        base: buffer.base(),
-        pages: args.pages,
+        layout: buffer.layout.clone(),
         holder: Holder::Idle(buffer),
     };
     for line in io::stdin().lock().lines() {
@@ -548,23 +716,65 @@ mod tests {
             (0, None),
             "rw keeps the pattern"
         );
-        let byte = buffer.offset + 5 * PAGE + 100;
-        buffer.storage[byte] ^= 1;
+        buffer.page_mut(5)[100] ^= 1;
         assert_eq!(buffer.verify(0..8 * PAGE), (1, Some(5)));
         // A page holding another page's (or an older version's) contents is caught too.
-        let (five, six) = (buffer.offset + 5 * PAGE, buffer.offset + 6 * PAGE);
-        buffer.storage.copy_within(six..six + PAGE, five);
+        let six = buffer.page(6).to_vec();
+        buffer.page_mut(5).copy_from_slice(&six);
         assert_eq!(buffer.verify(0..8 * PAGE).0, 1);
         buffer.versions[6] += 1;
         assert_eq!(buffer.verify(6 * PAGE..7 * PAGE).0, 1);
     }
 
     #[test]
+    fn spread_pages_sit_a_stride_apart_across_pieces() {
+        assert_eq!(parse_bytes("4096"), Ok(4096));
+        assert_eq!(parse_bytes("64G"), Ok(64 << 30));
+        assert_eq!(parse_bytes("1t"), Ok(1 << 40));
+        assert!(parse_bytes("1X").is_err() && parse_bytes("G").is_err());
+        assert!(
+            Buffer::spread(8, 7 * PAGE, 1).is_err(),
+            "span below the pages"
+        );
+        assert!(Buffer::spread(8, 7 * PAGE, 4).is_err(), "runs overlap");
+        assert_eq!(
+            Buffer::spread(4, 1 << 30, 1).unwrap().layout.stride,
+            256 << 20
+        );
+        // Runs of 3: 7 pages make 3 runs 5 pages apart (at 0-2, 5-7 and 10), in pieces of 8.
+        assert_eq!(
+            Buffer::spread(7, 15 * PAGE, 3).unwrap().layout.stride,
+            5 * PAGE
+        );
+        let runs = Buffer::with_layout(7, 5 * PAGE, 3, 8 * PAGE);
+        assert_eq!(runs.pieces.len(), 2);
+        let at: Vec<_> = (0..7).map(|page| runs.layout.locate(page)).collect();
+        assert_eq!(
+            at,
+            [0, 1, 2, 5, 6, 7, 10].map(|p| ((p * PAGE) / (8 * PAGE), (p * PAGE) % (8 * PAGE)))
+        );
+        // 10 pages 3 pages apart (30 pages) in pieces of 8: 4 pieces, page 3 (at 9) the second
+        // page of the second piece, page 9 (at 27) inside the shorter last one.
+        let mut buffer = Buffer::with_layout(10, 3 * PAGE, 1, 8 * PAGE);
+        assert_eq!(buffer.pieces.len(), 4);
+        assert_eq!(buffer.layout.locate(3), (1, PAGE));
+        assert_eq!(buffer.layout.address(1), buffer.base() + 3 * PAGE);
+        assert_eq!(buffer.base() % HUGE, 0, "2 MiB aligned");
+        assert_eq!(buffer.fill(0..10 * PAGE), 10);
+        assert_eq!(buffer.verify(0..10 * PAGE), (0, None));
+        buffer.page_mut(9)[7] ^= 1;
+        assert_eq!(buffer.verify(0..10 * PAGE), (1, Some(9)));
+        buffer.discard().unwrap();
+        assert!((0..10).all(|page| buffer.page(page).iter().all(|&b| b == 0)));
+        assert_eq!(buffer.touch(0..10 * PAGE), 10);
+        assert!((0..10).all(|page| buffer.page(page)[0] == 1));
+    }
+
+    #[test]
     fn only_where_and_stop_answer_while_a_sweep_runs() {
         let buffer = Buffer::new(4);
         let mut workload = Workload {
-            base: buffer.base(),
-            pages: 4,
+            layout: buffer.layout.clone(),
             holder: Holder::Idle(buffer),
         };
         assert_eq!(workload.execute("fill").unwrap(), "filled 4");
