@@ -1,5 +1,5 @@
 //! The sysfs/procfs readers behind `memtide probe` and the daemon's tier view:
-//! `Topology::read`, `read_node_attrs`, `classify`, `MmSettings::read`, `HotplugWatch`
+//! `Topology::read`, `read_node_attrs`, `classify`, `node_costs`, `MmSettings::read`, `HotplugWatch`
 //! (`agent/host/src/topology/`), the list and number helpers of `agent/host/src/sysfs.rs`, and
 //! `Probe::collect` (`agent/host/src/probe/`, which adds the PMU and DAMON readers).
 //!
@@ -25,7 +25,7 @@ use memtide_host::{
     probe::{BpfStatus, Probe},
     sysfs::{self, HostRoot, SysfsError},
     topology::{
-        MmSettings, Topology,
+        MmSettings, Topology, costs,
         tiering::{self, HotplugWatch, TierOverride},
     },
 };
@@ -58,6 +58,7 @@ fn override_from(text: &[u8]) -> TierOverride {
     TierOverride {
         fast_nodes: node_list(fast),
         slow_nodes: node_list(slow),
+        costs: Vec::new(),
     }
 }
 
@@ -87,6 +88,27 @@ fn check_topology(topology: &Topology, over: &TierOverride, root: &HostRoot) {
             if let Some(best) = classes.best_node(topology, is_fast) {
                 assert!(if is_fast { &fast } else { &slow }.contains(&best));
             }
+        }
+        // Whatever HMAT and SLIT say, every node gets costs, and no cost is negative or NaN.
+        let tiered = tiering::TieredTopology {
+            topology: topology.clone(),
+            attrs: attrs.clone(),
+            classes,
+        };
+        let local = costs::LocalLatency {
+            read_ns: 80.0,
+            write_ns: 80.0,
+        };
+        let node_costs = costs::node_costs(&tiered, &over.costs, local);
+        assert_eq!(node_costs.len(), topology.nodes.len(), "{node_costs:?}");
+        for cost in node_costs.values() {
+            let figures = [
+                cost.read_latency_ns,
+                cost.write_latency_ns,
+                cost.read_bandwidth_bytes_per_s,
+                cost.write_bandwidth_bytes_per_s,
+            ];
+            assert!(figures.iter().flatten().all(|v| *v >= 0.0), "{cost:?}");
         }
     }
 }

@@ -30,7 +30,7 @@ use super::{
     pods::PodWatch,
     publish::Published,
     status::AgentStatus,
-    target::{self, ObserveSwitch, TargetHandle, TargetSpec},
+    target::{self, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
 };
 use crate::{
     metrics::{Metrics, SourceReason},
@@ -68,6 +68,8 @@ pub(super) struct Agent {
     pub(super) routes: Option<mpsc::UnboundedSender<SampleRoute>>,
     pub(super) ingest_counters: Arc<IngestCounters>,
     pub(super) published: Published,
+    /// The nodes and watermarks every target plans against, read once for all of them.
+    pub(super) machine: Arc<SharedMachine>,
 }
 
 /// How the hotness source learns a changed target list.
@@ -155,6 +157,7 @@ impl Agent {
             ],
             nodes,
             root: self.root.clone(),
+            machine: Arc::clone(&self.machine),
         }
     }
 

@@ -244,6 +244,7 @@ async fn prepare(
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),
         published: Published::default(),
+        machine: Arc::default(),
     };
     Ok((agent, http, http_stop, ready))
 }

@@ -14,7 +14,7 @@ use super::{
     *,
 };
 
-fn copy_tree(from: &Path, to: &Path) {
+pub(super) fn copy_tree(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -204,6 +204,16 @@ mod with_a_fake_source {
         let mut pids: Vec<u32> = daemon.status().targets.iter().map(|t| t.pid).collect();
         pids.sort_unstable();
         pids
+    }
+
+    /// The status row of `pid` (empty until the target has one).
+    fn target_status(daemon: &Daemon, pid: u32) -> status::TargetStatus {
+        daemon
+            .status()
+            .targets
+            .into_iter()
+            .find(|t| t.pid == pid)
+            .unwrap_or_default()
     }
 
     fn sorted(mut pids: Vec<u32>) -> Vec<u32> {
@@ -413,14 +423,7 @@ mod with_a_fake_source {
             source: SampleSource::Pebs as u8,
             ..sample(pid, addr)
         };
-        let status = || {
-            daemon
-                .status()
-                .targets
-                .into_iter()
-                .find(|t| t.pid == pid)
-                .unwrap_or_default()
-        };
+        let status = || target_status(&daemon, pid);
         let deadline = Instant::now() + Duration::from_secs(30);
         while status().would_promote_bytes == 0 {
             assert!(
@@ -502,14 +505,7 @@ mod with_a_fake_source {
         ));
         let (daemon, source) = machine.start().await;
         eventually("the target", || target_pids(&daemon) == [pid]).await;
-        let status = || {
-            daemon
-                .status()
-                .targets
-                .into_iter()
-                .find(|t| t.pid == pid)
-                .unwrap_or_default()
-        };
+        let status = || target_status(&daemon, pid);
         let deadline = Instant::now() + Duration::from_secs(30);
         while status().fast_hit_ratio.is_none() || status().epochs < 2 {
             assert!(

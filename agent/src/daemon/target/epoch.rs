@@ -14,7 +14,6 @@ use memtide_core::{
 };
 use memtide_host::{
     exec::{ExecReport, KernelBackend, TierNodes, requests_from_plan},
-    sysfs::HostRoot,
     targets::{Target, TargetError, placement::TierPlacement},
     topology::Topology,
 };
@@ -27,6 +26,10 @@ use super::{
 };
 use crate::daemon::sample_rate::charge_migration;
 
+/// How often a target whose epochs see no samples plans: its plan changes only as its hotness
+/// cools and as free memory changes, and a thousand idle targets planning every second cost
+/// the agent a fifth of a core (scripts/bench-scale.sh).
+const IDLE_REPLAN: Duration = Duration::from_secs(10);
 /// How long a placement query stays good when memtide moved nothing. Querying is a page-table
 /// walk over the whole target (most of an idle agent's CPU when done every epoch); between
 /// queries only the kernel or another tool can move pages, and the executor verifies every
@@ -43,6 +46,8 @@ pub(super) enum EpochOutcome {
     /// Where the pages are could not be queried: nothing was planned (the error is in the
     /// status).
     NoPlacement,
+    /// Nothing was sampled and the last plan, recent and without moves, still stands.
+    Idle,
     Planned(Box<Planned>),
 }
 
@@ -71,6 +76,15 @@ impl State {
     pub(super) fn epoch(&mut self, now: Duration, input: &EpochInput) -> EpochOutcome {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
+        }
+        let idle = input.pages.is_empty() && input.regions.is_empty();
+        if idle
+            && !self.last_plan_moved
+            && self
+                .last_plan_at
+                .is_some_and(|at| now.saturating_sub(at) < IDLE_REPLAN)
+        {
+            return EpochOutcome::Idle;
         }
         let migration_cpu = self.migration_cpu.clone();
         let (queried_at, placement) =
@@ -140,6 +154,8 @@ impl State {
         };
         let managed = charge_migration(&migration_cpu, || self.managed(executed.as_ref()));
         self.placement = Some((queried_at, placement));
+        self.last_plan_at = Some(now);
+        self.last_plan_moved = !plan.moves.is_empty();
         EpochOutcome::Planned(Box::new(Planned {
             before,
             after,
@@ -223,8 +239,10 @@ impl State {
     /// earlier plans would have produced; the gauges, the hit ratio and the cached query keep
     /// the real one.
     fn plan(&mut self, now: Duration, placement: &TierPlacement) -> Plan {
-        let mut capacity = capacity_view(
-            &self.spec.root,
+        let machine = self.spec.machine.read(&self.spec.root);
+        let mut capacity = capacity_from(
+            machine.topology.as_ref(),
+            &machine.watermarks,
             &self.spec.fast_nodes,
             &self.spec.slow_nodes,
             self.spec.exec.reserve_bytes,
@@ -271,12 +289,6 @@ impl State {
 /// its zones' high watermark plus the executor's reserve (`[migration] reserve_bytes`), the
 /// floor the executor never moves pages below. Planning against raw free memory would plan
 /// promotions the executor then refuses, and never plan the demotions that would make room.
-fn capacity_view(root: &HostRoot, fast: &[u32], slow: &[u32], reserve: u64) -> CapacityView {
-    let topology = Topology::read(root).ok();
-    let watermarks = memtide_host::exec::watermark::read_watermarks(root).unwrap_or_default();
-    capacity_from(topology.as_ref(), &watermarks, fast, slow, reserve)
-}
-
 pub(super) fn capacity_from(
     topology: Option<&Topology>,
     watermarks: &BTreeMap<u32, memtide_host::exec::watermark::NodeWatermarks>,

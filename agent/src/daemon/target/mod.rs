@@ -11,6 +11,7 @@
 //! side never blocks, and the ingest path keeps draining while a target migrates.
 
 mod epoch;
+mod machine;
 mod observe;
 mod query;
 mod report;
@@ -31,6 +32,7 @@ use memtide_host::{
 };
 use tokio::sync::mpsc;
 
+pub use self::machine::SharedMachine;
 use self::{
     epoch::EpochOutcome,
     observe::Assumed,
@@ -62,6 +64,8 @@ pub struct TargetSpec {
     pub nodes: Option<TierNodes>,
     /// What the fast and the slow node of `nodes` cost to access (Eq. 1, BW-AWARE).
     pub costs: [memtide_core::policy::TierCost; 2],
+    /// The nodes' sizes, free memory and watermarks, read once for all targets.
+    pub machine: Arc<SharedMachine>,
     pub root: HostRoot,
 }
 
@@ -78,6 +82,9 @@ struct State {
     sweep: query::Sweep,
     /// Bytes on the fast and the slow nodes, and when numa_maps last said so.
     managed: Option<(Instant, [u64; 2])>,
+    /// When the last plan was made (agent clock), and whether it moved anything.
+    last_plan_at: Option<Duration>,
+    last_plan_moved: bool,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
@@ -162,6 +169,8 @@ pub fn spawn(
         placement: None,
         sweep: query::Sweep::default(),
         managed: None,
+        last_plan_at: None,
+        last_plan_moved: false,
         untracked_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),
