@@ -288,19 +288,8 @@ impl fmt::Display for LaunchPolicy {
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-    use crate::topology::tiering::TierOverride;
-
-    fn fixture(name: &str) -> TieredTopology {
-        let root = HostRoot::new(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/fixtures/topology")
-                .join(name),
-        );
-        TieredTopology::read(&root, &TierOverride::default()).unwrap()
-    }
+    use crate::topology::tiering::tests::read as fixture;
 
     #[test]
     fn weights_follow_bandwidth() {

@@ -159,24 +159,13 @@ pub fn node_costs(
 
 #[cfg(test)]
 mod tests {
-    use std::path::PathBuf;
-
     use super::*;
-    use crate::{sysfs::HostRoot, topology::tiering::TierOverride};
+    use crate::topology::tiering::tests::read;
 
     const LOCAL: LocalLatency = LocalLatency {
         read_ns: 80.0,
         write_ns: 80.0,
     };
-
-    fn read(name: &str) -> TieredTopology {
-        let root = HostRoot::new(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/fixtures/topology")
-                .join(name),
-        );
-        TieredTopology::read(&root, &TierOverride::default()).unwrap()
-    }
 
     #[test]
     fn hmat_gives_latencies_and_bandwidths() {

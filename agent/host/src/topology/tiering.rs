@@ -325,7 +325,7 @@ impl TieredTopology {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use std::path::PathBuf;
 
     use super::*;
@@ -338,7 +338,8 @@ mod tests {
         )
     }
 
-    fn read(name: &str) -> TieredTopology {
+    /// A fixture machine of `tests/fixtures/topology`, read and classified with no override.
+    pub(crate) fn read(name: &str) -> TieredTopology {
         TieredTopology::read(&fixture(name), &TierOverride::default()).unwrap()
     }
 
