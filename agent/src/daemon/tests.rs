@@ -112,7 +112,7 @@ mod with_a_fake_source {
     use std::{
         io::{Read as _, Write as _},
         net::TcpStream,
-        os::unix::fs::symlink,
+        os::unix::{fs::symlink, process::CommandExt as _},
         process::{Child, Command},
         sync::atomic::Ordering,
         time::{Duration, Instant},
@@ -186,6 +186,12 @@ mod with_a_fake_source {
 
     impl Drop for Sleeper {
         fn drop(&mut self) {
+            // A child started in a process group of its own (a shell running `sleep`) takes
+            // its children with it; killing only the shell would leave them behind.
+            let _ = Command::new("kill")
+                .args(["-KILL", "--", &format!("-{}", self.0.id())])
+                .stderr(std::process::Stdio::null())
+                .status();
             let _ = self.0.kill();
             let _ = self.0.wait();
         }
@@ -383,6 +389,7 @@ mod with_a_fake_source {
         // a block this large in a mapping of its own without the threshold).
         let child = Sleeper(
             Command::new("sh")
+                .process_group(0)
                 .env("MALLOC_MMAP_THRESHOLD_", "16777216")
                 .args([
                     "-c",
