@@ -21,7 +21,7 @@ use memtide_host::{
 use super::{
     State,
     observe::AssumedView,
-    query::{self, Mappings, QUERY_BUDGET_PAGES, QueryRanges},
+    query::{self, Mappings, QUERY_BUDGET_PAGES},
     views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
 use crate::daemon::sample_rate::charge_migration;
@@ -31,7 +31,7 @@ use crate::daemon::sample_rate::charge_migration;
 /// the agent a fifth of a core (scripts/bench-scale.sh).
 const IDLE_REPLAN: Duration = Duration::from_secs(10);
 /// How long a placement query stays good when memtide moved nothing. Querying is a page-table
-/// walk over the whole target (most of an idle agent's CPU when done every epoch); between
+/// walk over what the epoch asks about (`query`: up to 16 GiB of pages); between
 /// queries only the kernel or another tool can move pages, and the executor verifies every
 /// page it moves anyway.
 const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
@@ -188,7 +188,7 @@ impl State {
                         .collect(),
                 );
                 let view = self.tiering.engine().view();
-                let ranges: QueryRanges = query::query_ranges(
+                let ranges = query::query_ranges(
                     &mappings,
                     input.pages.iter().map(|sample| sample.addr),
                     view.tracked_superpages(),
@@ -197,7 +197,7 @@ impl State {
                 );
                 Ok((
                     Instant::now(),
-                    query_placement(&self.target, &self.spec.fast_nodes, &ranges.ranges)?,
+                    query_placement(&self.target, &self.spec.fast_nodes, &ranges)?,
                 ))
             }
         }

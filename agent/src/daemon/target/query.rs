@@ -80,14 +80,6 @@ impl Mappings {
     }
 }
 
-/// What one epoch asks about, and how it got there.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub(super) struct QueryRanges {
-    /// Sorted, disjoint, page-aligned `[start, end)`.
-    pub(super) ranges: Vec<(u64, u64)>,
-    pub(super) pages: u64,
-}
-
 /// Collects clipped superpages in priority order until the budget is spent.
 struct Collector<'a> {
     mappings: &'a Mappings,
@@ -115,7 +107,7 @@ impl Collector<'_> {
     }
 }
 
-/// The ranges to ask about this epoch: `sampled` (addresses of the epoch's samples), the sweep's
+/// The ranges to ask about this epoch, sorted, disjoint and page-aligned `[start, end)`: `sampled` (addresses of the epoch's samples), the sweep's
 /// next stretch, then `tracked` (superpage start addresses the engine holds); advances `sweep`.
 pub(super) fn query_ranges(
     mappings: &Mappings,
@@ -123,7 +115,7 @@ pub(super) fn query_ranges(
     tracked: impl IntoIterator<Item = u64>,
     sweep: &mut Sweep,
     budget_pages: u64,
-) -> QueryRanges {
+) -> Vec<(u64, u64)> {
     let mut collect = Collector {
         mappings,
         taken: BTreeSet::new(),
@@ -155,10 +147,7 @@ pub(super) fn query_ranges(
             break;
         }
     }
-    QueryRanges {
-        ranges: merge(collect.ranges),
-        pages: collect.pages,
-    }
+    merge(collect.ranges)
 }
 
 /// Sorts and joins touching ranges.
@@ -200,11 +189,10 @@ mod tests {
         let mut sweep = Sweep::default();
         let q = query_ranges(&mappings, sampled, [], &mut sweep, QUERY_BUDGET_PAGES);
         for i in 0..100 {
-            assert!(covers(&q.ranges, base + 20 * GIB + i * 4 * MIB + 4096));
+            assert!(covers(&q, base + 20 * GIB + i * 4 * MIB + 4096));
         }
         // 100 sampled superpages and one sweep stretch, not 64 GiB.
-        assert_eq!(q.pages, 100 * 512 + SWEEP_PAGES);
-        assert_eq!(pages(&q.ranges), q.pages);
+        assert_eq!(pages(&q), 100 * 512 + SWEEP_PAGES);
     }
 
     #[test]
@@ -218,14 +206,14 @@ mod tests {
         // 1 GiB an epoch: a round in three.
         for _ in 0..3 {
             let q = query_ranges(&mappings, [], [], &mut sweep, QUERY_BUDGET_PAGES);
-            assert!(q.pages <= SWEEP_PAGES + 512, "{}", q.pages);
-            seen.extend(q.ranges);
+            assert!(pages(&q) <= SWEEP_PAGES + 512, "{}", pages(&q));
+            seen.extend(q);
         }
         let seen = merge(seen);
         assert_eq!(seen, [(a + 4096, a + GIB + 4096), (b, b + 2 * GIB)]);
         // The next round starts from the first mapping again.
         let q = query_ranges(&mappings, [], [], &mut sweep, QUERY_BUDGET_PAGES);
-        assert_eq!(q.ranges[0].0, a + 4096);
+        assert_eq!(q[0].0, a + 4096);
     }
 
     #[test]
@@ -239,14 +227,14 @@ mod tests {
         let mut sweep = Sweep::default();
         let q = query_ranges(&mappings, [base + 4096], [], &mut sweep, QUERY_BUDGET_PAGES);
         assert_eq!(
-            q.ranges,
+            q,
             [(base, base + MIB / 2), (base + 3 * MIB / 2, base + 4 * MIB)]
         );
         // Samples first; the budget stops the rest.
         let big = Mappings::new(vec![(base, base + 64 * GIB)]);
         let tracked: Vec<u64> = (0..10_000).map(|i| base + i * SUPERPAGE_SIZE).collect();
         let q = query_ranges(&big, [base + 40 * GIB], tracked, &mut sweep, 4096);
-        assert!(covers(&q.ranges, base + 40 * GIB));
-        assert!(q.pages <= 4096 + 512, "{}", q.pages);
+        assert!(covers(&q, base + 40 * GIB));
+        assert!(pages(&q) <= 4096 + 512, "{}", pages(&q));
     }
 }
