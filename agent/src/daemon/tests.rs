@@ -1,6 +1,9 @@
 //! The daemon's tests that need no privileges.
 
-use std::path::Path;
+use std::{
+    path::Path,
+    process::{Child, Command},
+};
 
 use memtide_config::Config;
 use memtide_host::{
@@ -107,20 +110,53 @@ fn damon_restarts_on_a_changed_target_list_other_sources_update_it() {
 
 /// The daemon against a fake source, as any user can run it: a machine tree with two tiers
 /// (DRAM and a CPU-less CXL node) whose `proc` is the real one, so its targets are real child
+/// A child process that sleeps until killed (and is reaped when dropped).
+pub(super) struct Sleeper(Child);
+
+impl Sleeper {
+    pub(super) fn spawn() -> Self {
+        Self(
+            Command::new("sleep")
+                .arg("600")
+                .spawn()
+                .expect("spawn sleep"),
+        )
+    }
+
+    pub(super) fn pid(&self) -> u32 {
+        self.0.id()
+    }
+}
+
+impl Drop for Sleeper {
+    fn drop(&mut self) {
+        // A child started in a process group of its own (a shell running `sleep`) takes
+        // its children with it; killing only the shell would leave them behind.
+        let _ = Command::new("kill")
+            .args(["-KILL", "--", &format!("-{}", self.0.id())])
+            .stderr(std::process::Stdio::null())
+            .status();
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The daemon against a fake source, as any user can run it: a machine tree with two tiers
+/// (DRAM and a CPU-less CXL node) whose `proc` is the real one, so its targets are real child
 /// processes, and an agent listening on a free loopback port.
 mod with_a_fake_source {
     use std::{
         io::{Read as _, Write as _},
         net::TcpStream,
         os::unix::{fs::symlink, process::CommandExt as _},
-        process::{Child, Command},
+        process::Command,
         sync::atomic::Ordering,
         time::{Duration, Instant},
     };
 
     use memtide_common::{AccessKind, AccessSample, SampleSource};
 
-    use super::{super::*, Path, copy_tree};
+    use super::{super::*, Path, Sleeper, copy_tree};
     use crate::sources::fake::{FakeControl, FakeSources};
 
     struct Machine {
@@ -163,37 +199,6 @@ mod with_a_fake_source {
             };
             let daemon = Daemon::start(options, env).await.expect("the agent starts");
             (daemon, control)
-        }
-    }
-
-    /// A child process that sleeps until killed (and is reaped when dropped).
-    struct Sleeper(Child);
-
-    impl Sleeper {
-        fn spawn() -> Self {
-            Self(
-                Command::new("sleep")
-                    .arg("600")
-                    .spawn()
-                    .expect("spawn sleep"),
-            )
-        }
-
-        fn pid(&self) -> u32 {
-            self.0.id()
-        }
-    }
-
-    impl Drop for Sleeper {
-        fn drop(&mut self) {
-            // A child started in a process group of its own (a shell running `sleep`) takes
-            // its children with it; killing only the shell would leave them behind.
-            let _ = Command::new("kill")
-                .args(["-KILL", "--", &format!("-{}", self.0.id())])
-                .stderr(std::process::Stdio::null())
-                .status();
-            let _ = self.0.kill();
-            let _ = self.0.wait();
         }
     }
 

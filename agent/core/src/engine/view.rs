@@ -49,6 +49,16 @@ impl<'a> HotnessView<'a> {
             .map(|rec| rec.sp << SUPERPAGE_SHIFT)
     }
 
+    /// Start addresses of the superpages stage 2 counts per 4 KiB page, ascending: the only
+    /// ones the planner promotes from, so the ones whose every page's
+    /// placement it needs.
+    pub fn stage2_superpage_starts(&self) -> impl Iterator<Item = u64> + 'a {
+        self.stage2
+            .live_sorted()
+            .into_iter()
+            .map(|(_, sp)| sp << SUPERPAGE_SHIFT)
+    }
+
     /// The stage-1 record of superpage `sp`, if it was touched.
     pub(crate) fn superpage(&self, sp: u64) -> Option<&'a SuperpageRecord> {
         self.stage1.find(sp).map(|idx| &self.stage1.records()[idx])

@@ -119,6 +119,23 @@ impl TierPlacement {
         Ok(())
     }
 
+    /// Queries every page of `ranges` (page-aligned `[start, end)`, disjoint) and adds them,
+    /// [`QUERY_BATCH`] pages per call whatever the ranges' sizes: ten thousand single sampled
+    /// pages cost ten calls, not ten thousand.
+    pub fn query_all(&mut self, target: &Target, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
+        let pages: Vec<usize> = ranges
+            .iter()
+            .flat_map(|&(start, end)| (start..end).step_by(PAGE as usize))
+            .map(|a| usize::try_from(a).unwrap_or(usize::MAX))
+            .collect();
+        let mut statuses = query_pages(target, &pages, QUERY_BATCH)?.into_iter();
+        for &(start, end) in ranges {
+            let n = usize::try_from((end - start) / PAGE).unwrap_or(usize::MAX);
+            self.insert(start, statuses.by_ref().take(n).collect());
+        }
+        Ok(())
+    }
+
     fn status(&self, page: u64) -> Option<PageStatus> {
         let (&start, statuses) = self.ranges.range(..=page).next_back()?;
         let index = usize::try_from((page - start) / PAGE).ok()?;

@@ -8,6 +8,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     path::{Path, PathBuf},
+    time::{Duration, Instant},
 };
 
 use serde::{Deserialize, Serialize};
@@ -269,6 +270,19 @@ impl Selection {
         root: &HostRoot,
         self_pid: u32,
     ) -> Result<(BTreeSet<u32>, Vec<TargetError>), TargetError> {
+        self.resolve_each_trusting(root, self_pid, &BTreeSet::new())
+    }
+
+    /// Like [`Self::resolve_each`], but the pids in `checked` (members whose name and cgroup
+    /// were read recently) are taken as still passing the name and exclusion tests without
+    /// reading their `/proc` files again; whether their selector still includes them is
+    /// checked as for any pid.
+    fn resolve_each_trusting(
+        &self,
+        root: &HostRoot,
+        self_pid: u32,
+        checked: &BTreeSet<u32>,
+    ) -> Result<(BTreeSet<u32>, Vec<TargetError>), TargetError> {
         let mut wanted = BTreeSet::new();
         let mut by_name = Vec::new();
         let mut problems = Vec::new();
@@ -318,6 +332,10 @@ impl Selection {
                 what: e.to_string(),
             })?;
             for pid in pids {
+                if checked.contains(&pid) {
+                    wanted.insert(pid);
+                    continue;
+                }
                 if let Ok(c) = read_candidate(root, pid)
                     && by_name.iter().any(|p| c.name_matches(p))
                 {
@@ -329,6 +347,10 @@ impl Selection {
         let mut unknown_cgroup = Vec::new();
         for pid in wanted {
             if pid == self_pid || self.exclude.pids.contains(&pid) {
+                continue;
+            }
+            if checked.contains(&pid) {
+                out.insert(pid);
                 continue;
             }
             let candidate = match read_candidate(root, pid) {
@@ -426,9 +448,14 @@ pub struct Changes {
 #[derive(Debug, Default)]
 pub struct TargetSet {
     targets: BTreeMap<u32, Target>,
+    /// When each member's name and cgroup were last read.
+    checked: BTreeMap<u32, Instant>,
 }
 
 impl TargetSet {
+    /// How long a member's name and cgroup, once read, are trusted.
+    pub const RECHECK: Duration = Duration::from_secs(10);
+
     #[must_use]
     pub fn new() -> Self {
         Self::default()
@@ -437,20 +464,44 @@ impl TargetSet {
     /// Re-resolves `selection` on this machine: opens new members, drops exited or deselected
     /// ones. A member whose pid now names another process (its pidfd says exited) is dropped
     /// and, if still selected, reopened as the new process.
+    ///
+    /// Whether a selector still includes a member (its cgroup's members, its pid) is read at
+    /// every refresh; its name and cgroup, which only an exec or a cgroup move change, every
+    /// [`Self::RECHECK`]: re-reading three `/proc` files of each of a thousand targets every
+    /// second costs more than the targets themselves (scripts/bench-scale.sh). A member that
+    /// execs into an excluded name or moves into an excluded cgroup is dropped within it.
     pub fn refresh(&mut self, selection: &Selection) -> Result<Changes, TargetError> {
         let root = HostRoot::default();
-        let (selected, problems) = selection.resolve_each(&root, std::process::id())?;
+        let now = Instant::now();
+        let alive: BTreeSet<u32> = self
+            .targets
+            .iter()
+            .filter(|(_, target)| target.exited().is_ok_and(|exited| !exited))
+            .map(|(pid, _)| *pid)
+            .collect();
+        // Only live members are trusted: an exited one's pid may already name another
+        // process, whose name and cgroup nobody has read.
+        self.checked.retain(|pid, at| {
+            now.saturating_duration_since(*at) < Self::RECHECK && alive.contains(pid)
+        });
+        let trusted: BTreeSet<u32> = self.checked.keys().copied().collect();
+        let (selected, problems) =
+            selection.resolve_each_trusting(&root, std::process::id(), &trusted)?;
         let mut changes = Changes {
             problems: problems.iter().map(ToString::to_string).collect(),
             ..Changes::default()
         };
-        self.targets.retain(|pid, target| {
-            let keep = selected.contains(pid) && !target.exited().unwrap_or(true);
+        self.targets.retain(|pid, _| {
+            let keep = selected.contains(pid) && alive.contains(pid);
             if !keep {
                 changes.removed.push(*pid);
             }
             keep
         });
+        self.checked.retain(|pid, _| selected.contains(pid));
+        for &pid in &selected {
+            self.checked.entry(pid).or_insert(now);
+        }
         for pid in selected {
             if self.targets.contains_key(&pid) {
                 continue;
@@ -465,7 +516,9 @@ impl TargetSet {
                     TargetError::Exited { .. }
                     | TargetError::KernelThread { .. }
                     | TargetError::IsSelf { .. },
-                ) => {}
+                ) => {
+                    self.checked.remove(&pid);
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -876,6 +929,51 @@ mod tests {
             cgroups: vec!["system.slice/redis.service/worker".into()],
         };
         assert_eq!(resolve(&dir, all, exclude), vec![20, 30]);
+    }
+
+    #[test]
+    fn trusted_members_are_not_read_again_but_must_still_be_selected() {
+        let dir = fixture();
+        let root = HostRoot::new(dir.path());
+        let exclude = Exclude {
+            names: vec![NamePattern("side*".into())],
+            ..Exclude::default()
+        };
+        let selection = Selection {
+            include: vec![Selector::Name(NamePattern("*".into()))],
+            exclude,
+        };
+        let trusting = |trusted: &[u32]| {
+            let trusted = trusted.iter().copied().collect();
+            let (pids, _) = selection
+                .resolve_each_trusting(&root, 10, &trusted)
+                .unwrap();
+            pids.into_iter().collect::<Vec<_>>()
+        };
+        let everyone = trusting(&[]);
+        // Trusted: its files are not read, so a new, excluded name goes unseen until the
+        // trust runs out.
+        let member = everyone[0];
+        process(
+            dir.path(),
+            member,
+            "sidecar",
+            1,
+            0x400100,
+            "/usr/bin/sidecar",
+            "x",
+        );
+        assert_eq!(trusting(&[member]), everyone);
+        assert!(!trusting(&[]).contains(&member));
+        // Trust does not select: a pid no selector names stays out.
+        let by_pid = Selection {
+            include: vec![Selector::Pid(everyone[1])],
+            exclude: Exclude::default(),
+        };
+        let (pids, _) = by_pid
+            .resolve_each_trusting(&root, 10, &[member].into_iter().collect())
+            .unwrap();
+        assert_eq!(pids.into_iter().collect::<Vec<_>>(), [everyone[1]]);
     }
 
     #[test]

@@ -26,15 +26,32 @@ use super::{
 };
 use crate::daemon::sample_rate::charge_migration;
 
-/// How often a target whose epochs see no samples plans: its plan changes only as its hotness
-/// cools and as free memory changes, and a thousand idle targets planning every second cost
-/// the agent a fifth of a core (scripts/bench-scale.sh).
-const IDLE_REPLAN: Duration = Duration::from_secs(10);
+/// How long after a plan that moved nothing a target whose epochs see no samples plans again:
+/// its plan changes only as its hotness cools and as free memory changes, and a thousand idle
+/// targets waking every second cost the agent a tenth of a core (scripts/bench-scale.sh).
+/// Each further plan without samples or moves doubles the wait, up to [`IDLE_REPLAN_MAX`]; the
+/// first sample ends the wait at once.
+pub(super) const IDLE_REPLAN: Duration = Duration::from_secs(10);
+/// The longest wait of a quiet target: a thousand targets that saw nothing for minutes plan
+/// six times a second in all.
+pub(super) const IDLE_REPLAN_MAX: Duration = Duration::from_secs(160);
 /// How long a placement query stays good when memtide moved nothing. Querying is a page-table
 /// walk over what the epoch asks about (`query`: up to 16 GiB of pages); between
 /// queries only the kernel or another tool can move pages, and the executor verifies every
 /// page it moves anyway.
 const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
+/// The same for a quiet target (nothing sampled since its last plan, which moved nothing):
+/// none of its pages was seen in use or moved by memtide, so a query would find what the
+/// last one found unless the kernel moved them. Re-asking at each of a thousand idle
+/// targets' plans would cost more than the plans.
+const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
+
+/// How long a target waits for samples before planning again, after `quiet_plans` plans in a
+/// row that saw none and moved nothing (0: the last plan saw samples but moved nothing).
+pub(super) fn quiet_wait(quiet_plans: u32) -> Duration {
+    let doublings = quiet_plans.saturating_sub(1).min(8);
+    (IDLE_REPLAN * (1 << doublings)).min(IDLE_REPLAN_MAX)
+}
 
 /// What one epoch did.
 #[derive(Debug)]
@@ -46,8 +63,6 @@ pub(super) enum EpochOutcome {
     /// Where the pages are could not be queried: nothing was planned (the error is in the
     /// status).
     NoPlacement,
-    /// Nothing was sampled and the last plan, recent and without moves, still stands.
-    Idle,
     Planned(Box<Planned>),
 }
 
@@ -71,20 +86,20 @@ pub(super) struct Planned {
 }
 
 impl State {
+    /// When a target that sees no samples plans next: [`IDLE_REPLAN`] after its last plan, if
+    /// that plan moved nothing, doubled for each plan since that saw nothing either (`None`:
+    /// at its epoch, as any target). Until then the last plan still stands, so the task does
+    /// not wake at all.
+    pub(super) fn idle_until(&self) -> Option<Duration> {
+        let at = self.last_plan_at?;
+        (!self.last_plan_moved).then_some(at + quiet_wait(self.quiet_plans))
+    }
+
     /// Plans the epoch ending at `now` from what the target saw since the last one, and moves
     /// (or, observing, assumes) what the plan says.
     pub(super) fn epoch(&mut self, now: Duration, input: &EpochInput) -> EpochOutcome {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
-        }
-        let idle = input.pages.is_empty() && input.regions.is_empty();
-        if idle
-            && !self.last_plan_moved
-            && self
-                .last_plan_at
-                .is_some_and(|at| now.saturating_sub(at) < IDLE_REPLAN)
-        {
-            return EpochOutcome::Idle;
         }
         let migration_cpu = self.migration_cpu.clone();
         let (queried_at, placement) =
@@ -152,10 +167,14 @@ impl State {
         } else {
             (placement, before, queried_at)
         };
-        let managed = charge_migration(&migration_cpu, || self.managed(executed.as_ref()));
+        let managed = charge_migration(&migration_cpu, || self.managed(input, executed.as_ref()));
         self.placement = Some((queried_at, placement));
         self.last_plan_at = Some(now);
         self.last_plan_moved = !plan.moves.is_empty();
+        self.quiet_plans = match input.is_empty() && !self.last_plan_moved {
+            true => self.quiet_plans.saturating_add(1),
+            false => 0,
+        };
         EpochOutcome::Planned(Box::new(Planned {
             before,
             after,
@@ -169,12 +188,21 @@ impl State {
         }))
     }
 
+    /// How old a placement query may be for this epoch's plan.
+    fn placement_max_age(&self, input: &EpochInput) -> Duration {
+        match input.is_empty() && !self.last_plan_moved {
+            true => QUIET_PLACEMENT_MAX_AGE,
+            false => PLACEMENT_MAX_AGE,
+        }
+    }
+
     /// Where the target's pages are: the cached query while it is young and knows the pages
     /// sampled this epoch, else a new one.
     fn placement(&mut self, input: &EpochInput) -> Result<(Instant, TierPlacement), TargetError> {
         match self.placement.take() {
             Some((at, placement))
-                if at.elapsed() < PLACEMENT_MAX_AGE && knows_sampled_pages(&placement, input) =>
+                if at.elapsed() < self.placement_max_age(input)
+                    && knows_sampled_pages(&placement, input) =>
             {
                 Ok((at, placement))
             }
@@ -190,6 +218,7 @@ impl State {
                 let view = self.tiering.engine().view();
                 let ranges = query::query_ranges(
                     &mappings,
+                    view.stage2_superpage_starts(),
                     input.pages.iter().map(|sample| sample.addr),
                     view.tracked_superpages(),
                     &mut self.sweep,
@@ -205,11 +234,16 @@ impl State {
 
     /// Bytes of the target on the fast and on the slow nodes. From numa_maps (the kernel's
     /// count of what is resident, at any size of target; the placement query covers only the
-    /// pages an epoch asks about), read at most every [`PLACEMENT_MAX_AGE`], and in between
-    /// moved by what the executor moved.
-    fn managed(&mut self, executed: Option<&ExecReport>) -> [(&'static str, u64); 2] {
+    /// pages an epoch asks about), read as often as the placement is, and in between moved by
+    /// what the executor moved.
+    fn managed(
+        &mut self,
+        input: &EpochInput,
+        executed: Option<&ExecReport>,
+    ) -> [(&'static str, u64); 2] {
+        let max_age = self.placement_max_age(input);
         let fresh = match self.managed {
-            Some((at, _)) if at.elapsed() < PLACEMENT_MAX_AGE => None,
+            Some((at, _)) if at.elapsed() < max_age => None,
             _ => self.target.numa_maps().ok().map(|maps| {
                 let on = |nodes: &[u32]| -> u64 {
                     maps.iter()
@@ -328,8 +362,6 @@ fn query_placement(
     ranges: &[(u64, u64)],
 ) -> Result<TierPlacement, TargetError> {
     let mut placement = TierPlacement::new(fast_nodes.to_vec());
-    for &(start, end) in ranges {
-        placement.query(target, start, end - start)?;
-    }
+    placement.query_all(target, ranges)?;
     Ok(placement)
 }

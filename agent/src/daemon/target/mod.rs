@@ -85,6 +85,8 @@ struct State {
     /// When the last plan was made (agent clock), and whether it moved anything.
     last_plan_at: Option<Duration>,
     last_plan_moved: bool,
+    /// Plans in a row that saw no samples and moved nothing.
+    quiet_plans: u32,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
@@ -171,6 +173,7 @@ pub fn spawn(
         managed: None,
         last_plan_at: None,
         last_plan_moved: false,
+        quiet_plans: 0,
         untracked_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),
@@ -219,14 +222,24 @@ async fn run(
     loop {
         let due = state.tiering.next_plan_due(found);
         let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
-        let next_plan = origin + due;
+        // A quiet target sleeps until its plan needs renewing or something is sampled: a
+        // thousand idle targets must not each wake every epoch.
+        let quiet_until = state.idle_until().filter(|_| epoch_input.is_empty());
+        let next_plan = origin + quiet_until.map_or(due, |until| due.max(until));
         tokio::select! {
             input = inputs.recv() => {
                 let Some(input) = input else {
                     tracing::debug!(pid, "input channel closed");
                     break;
                 };
-                state.take(input, &mut epoch_input, origin.elapsed());
+                let now = origin.elapsed();
+                state.take(input, &mut epoch_input, now);
+                // The first samples after a quiet spell longer than an epoch open an epoch:
+                // it is planned an epoch later, on what that epoch saw, not at once on them
+                // alone.
+                if quiet_until.is_some() && now >= due && !epoch_input.is_empty() {
+                    last_step = Some(now);
+                }
             }
             () = tokio::time::sleep_until(next_plan.into()) => {
                 let now = origin.elapsed();

@@ -3,14 +3,17 @@
 //!
 //! Asking about every page is a page-table lookup per 4 KiB of the target's mappings: seconds
 //! at hundreds of GiB, and on a sparse 1 TiB mapping mostly lookups of holes. So the cost of an
-//! epoch's query follows the samples, not the target's size. It asks about what the planner and
-//! the hit ratio can use, in this order, within [`QUERY_BUDGET_PAGES`]:
-//! 1. the superpages of the epoch's samples: the hit ratio, and the promotion candidates;
-//! 2. the next [`SWEEP_PAGES`] of a sweep over the migratable mappings: data that is in the
+//! epoch's query follows what the planner and the hit ratio can use, not the target's size,
+//! in this order, within [`QUERY_BUDGET_PAGES`]:
+//! 1. the stage-2 superpages, whole: the planner promotes only from them, and needs where each
+//!    of their pages is (at most `top_n_max` superpages);
+//! 2. the epoch's sampled pages, one page each: the hit ratio. A superpage sampled once is
+//!    not asked about whole, or a million samples spread over a TiB would walk 16 GiB;
+//! 3. the next [`SWEEP_PAGES`] of a sweep over the migratable mappings: data that is in the
 //!    fast tier but was never sampled is the coldest of all, and only a walk finds it. The
 //!    sweep goes round the whole target over successive epochs, however large it is;
-//! 3. the other superpages the engine tracks (sampled victims, stage-2 candidates), starting
-//!    where the sweep is so that the budget does not always favour the same ones.
+//! 4. up to [`SWEEP_PAGES`] of the other superpages the engine tracks (sampled victims),
+//!    whole, going on each epoch from where the last stopped so that they are all covered.
 //!
 //! Each superpage is clipped to the migratable mappings it overlaps; what is asked about is
 //! returned as sorted, disjoint ranges.
@@ -19,19 +22,23 @@ use std::collections::BTreeSet;
 
 use memtide_core::units::{PAGE_SIZE, SUPERPAGE_SHIFT, SUPERPAGE_SIZE};
 
-/// Pages asked about per epoch at most (16 GiB): keeps one epoch's query of a huge, widely
-/// sampled target to a bounded page-table walk. It limits how much is looked at per epoch, not
-/// which part of the target can be: the sweep and the samples reach all of it.
+/// Pages asked about per epoch at most (16 GiB): a bound on one epoch's page-table walk
+/// whatever the engine's configuration (the parts above stay well under it with the defaults:
+/// 1,000 stage-2 superpages, 65,536 sampled pages and two 1 GiB stretches are 4.3 GiB). It
+/// limits how much is looked at per epoch, not which part of the target can be.
 pub(super) const QUERY_BUDGET_PAGES: u64 = 4 << 20;
 /// Pages the sweep covers per epoch (1 GiB): a 1 TiB target is swept in about a thousand
 /// epochs, a 16 GiB one in sixteen.
 pub(super) const SWEEP_PAGES: u64 = 256 << 10;
 
-/// Where the sweep over a target's mappings goes on from at the next epoch.
+/// Where the sweep over a target's mappings, and the round of its tracked superpages, go on
+/// from at the next epoch.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(super) struct Sweep {
     /// Superpage number to start from.
     next: u64,
+    /// Tracked superpage number to start from.
+    tracked_next: u64,
 }
 
 /// The migratable mappings of a target as sorted, disjoint `[start, end)` ranges.
@@ -43,6 +50,12 @@ impl Mappings {
         ranges.retain(|(start, end)| start < end);
         ranges.sort_unstable();
         Self(ranges)
+    }
+
+    /// Whether `addr` lies inside a mapping.
+    fn contains(&self, addr: u64) -> bool {
+        let i = self.0.partition_point(|&(_, end)| end <= addr);
+        self.0.get(i).is_some_and(|&(start, _)| start <= addr)
     }
 
     /// The parts of superpage `sp` inside a mapping.
@@ -80,7 +93,7 @@ impl Mappings {
     }
 }
 
-/// Collects clipped superpages in priority order until the budget is spent.
+/// Collects clipped superpages and pages in priority order until the budget is spent.
 struct Collector<'a> {
     mappings: &'a Mappings,
     taken: BTreeSet<u64>,
@@ -90,7 +103,7 @@ struct Collector<'a> {
 }
 
 impl Collector<'_> {
-    /// Adds superpage `sp`; false once the budget is spent.
+    /// Adds superpage `sp` whole; false once the budget is spent.
     fn take(&mut self, sp: u64) -> bool {
         if self.pages >= self.budget {
             return false;
@@ -105,12 +118,29 @@ impl Collector<'_> {
         }
         true
     }
+
+    /// Adds the page at `addr` alone, unless its superpage is taken whole; false once the
+    /// budget is spent.
+    fn take_page(&mut self, addr: u64) -> bool {
+        if self.pages >= self.budget {
+            return false;
+        }
+        let page = addr & !(PAGE_SIZE - 1);
+        if !self.taken.contains(&(page >> SUPERPAGE_SHIFT)) && self.mappings.contains(page) {
+            self.ranges.push((page, page + PAGE_SIZE));
+            self.pages += 1;
+        }
+        true
+    }
 }
 
-/// The ranges to ask about this epoch, sorted, disjoint and page-aligned `[start, end)`: `sampled` (addresses of the epoch's samples), the sweep's
-/// next stretch, then `tracked` (superpage start addresses the engine holds); advances `sweep`.
+/// The ranges to ask about this epoch, sorted, disjoint and page-aligned `[start, end)`:
+/// `candidates` (stage-2 superpage starts) whole, `sampled` (addresses of the epoch's samples)
+/// one page each, the sweep's next stretch, then a stretch of `tracked` (superpage starts the
+/// engine holds) whole; advances `sweep`.
 pub(super) fn query_ranges(
     mappings: &Mappings,
+    candidates: impl IntoIterator<Item = u64>,
     sampled: impl IntoIterator<Item = u64>,
     tracked: impl IntoIterator<Item = u64>,
     sweep: &mut Sweep,
@@ -123,8 +153,19 @@ pub(super) fn query_ranges(
         pages: 0,
         budget: budget_pages,
     };
-    for addr in sampled {
-        if !collect.take(addr >> SUPERPAGE_SHIFT) {
+    for start in candidates {
+        if !collect.take(start >> SUPERPAGE_SHIFT) {
+            break;
+        }
+    }
+    let mut sampled: Vec<u64> = sampled
+        .into_iter()
+        .map(|addr| addr & !(PAGE_SIZE - 1))
+        .collect();
+    sampled.sort_unstable();
+    sampled.dedup();
+    for page in sampled {
+        if !collect.take_page(page) {
             break;
         }
     }
@@ -141,12 +182,17 @@ pub(super) fn query_ranges(
     sweep.next = next.unwrap_or(0);
     let mut tracked: Vec<u64> = tracked.into_iter().map(|a| a >> SUPERPAGE_SHIFT).collect();
     tracked.sort_unstable();
-    let from = tracked.partition_point(|&sp| sp < sweep.next);
+    let from = tracked.partition_point(|&sp| sp < sweep.tracked_next);
+    let tracked_goal = collect.pages.saturating_add(SWEEP_PAGES).min(budget_pages);
+    let mut next = None;
     for &sp in tracked[from..].iter().chain(&tracked[..from]) {
-        if !collect.take(sp) {
+        if collect.pages >= tracked_goal {
+            next = Some(sp);
             break;
         }
+        collect.take(sp);
     }
+    sweep.tracked_next = next.unwrap_or(0);
     merge(collect.ranges)
 }
 
@@ -185,14 +231,63 @@ mod tests {
         // 64 GiB of sparse memory, sampled only above 16 GiB: the query follows the samples.
         let base = 0x7f00_0000_0000;
         let mappings = Mappings::new(vec![(base, base + 64 * GIB)]);
-        let sampled = (0..100).map(|i| base + 20 * GIB + i * 4 * MIB + 4096);
+        let sampled: Vec<u64> = (0..100)
+            .map(|i| base + 20 * GIB + i * 4 * MIB + 4096)
+            .collect();
         let mut sweep = Sweep::default();
-        let q = query_ranges(&mappings, sampled, [], &mut sweep, QUERY_BUDGET_PAGES);
-        for i in 0..100 {
-            assert!(covers(&q, base + 20 * GIB + i * 4 * MIB + 4096));
+        let q = query_ranges(
+            &mappings,
+            [],
+            sampled.clone(),
+            [],
+            &mut sweep,
+            QUERY_BUDGET_PAGES,
+        );
+        for &addr in &sampled {
+            assert!(covers(&q, addr));
         }
-        // 100 sampled superpages and one sweep stretch, not 64 GiB.
-        assert_eq!(pages(&q), 100 * 512 + SWEEP_PAGES);
+        // 100 sampled pages and one sweep stretch, not 64 GiB, nor 100 whole superpages.
+        assert_eq!(pages(&q), 100 + SWEEP_PAGES);
+    }
+
+    #[test]
+    fn stage2_superpages_are_asked_about_whole_and_tracked_ones_a_stretch_at_a_time() {
+        let base = 0x7f00_0000_0000;
+        let mappings = Mappings::new(vec![(base, base + 64 * GIB)]);
+        let candidate = base + 30 * GIB;
+        // The sweep starts at the mapping's first superpage; put the tracked ones far from it.
+        let tracked: Vec<u64> = (0..2048)
+            .map(|i| base + 40 * GIB + i * SUPERPAGE_SIZE)
+            .collect();
+        let mut sweep = Sweep::default();
+        let q = query_ranges(
+            &mappings,
+            [candidate],
+            [candidate + 8192, base + 50 * GIB],
+            tracked.clone(),
+            &mut sweep,
+            QUERY_BUDGET_PAGES,
+        );
+        assert!(covers(&q, candidate) && covers(&q, candidate + SUPERPAGE_SIZE - 1));
+        assert!(covers(&q, base + 50 * GIB));
+        // One stretch of the tracked superpages (1 GiB, 512 of them), then the rest later.
+        let tracked_covered =
+            |q: &[(u64, u64)]| tracked.iter().filter(|&&sp| covers(q, sp)).count();
+        assert_eq!(tracked_covered(&q), 512);
+        assert_eq!(pages(&q), 512 + 1 + SWEEP_PAGES + 512 * 512);
+        let mut seen = tracked_covered(&q);
+        for _ in 0..3 {
+            let q = query_ranges(
+                &mappings,
+                [],
+                [],
+                tracked.clone(),
+                &mut sweep,
+                QUERY_BUDGET_PAGES,
+            );
+            seen += tracked_covered(&q);
+        }
+        assert!(seen >= tracked.len(), "{seen}");
     }
 
     #[test]
@@ -205,14 +300,14 @@ mod tests {
         let mut seen: Vec<(u64, u64)> = Vec::new();
         // 1 GiB an epoch: a round in three.
         for _ in 0..3 {
-            let q = query_ranges(&mappings, [], [], &mut sweep, QUERY_BUDGET_PAGES);
+            let q = query_ranges(&mappings, [], [], [], &mut sweep, QUERY_BUDGET_PAGES);
             assert!(pages(&q) <= SWEEP_PAGES + 512, "{}", pages(&q));
             seen.extend(q);
         }
         let seen = merge(seen);
         assert_eq!(seen, [(a + 4096, a + GIB + 4096), (b, b + 2 * GIB)]);
         // The next round starts from the first mapping again.
-        let q = query_ranges(&mappings, [], [], &mut sweep, QUERY_BUDGET_PAGES);
+        let q = query_ranges(&mappings, [], [], [], &mut sweep, QUERY_BUDGET_PAGES);
         assert_eq!(q[0].0, a + 4096);
     }
 
@@ -225,15 +320,18 @@ mod tests {
             (base + 3 * MIB / 2, base + 4 * MIB),
         ]);
         let mut sweep = Sweep::default();
-        let q = query_ranges(&mappings, [base + 4096], [], &mut sweep, QUERY_BUDGET_PAGES);
+        let q = query_ranges(&mappings, [base], [], [], &mut sweep, QUERY_BUDGET_PAGES);
         assert_eq!(
             q,
             [(base, base + MIB / 2), (base + 3 * MIB / 2, base + 4 * MIB)]
         );
-        // Samples first; the budget stops the rest.
+        // A sampled page in the gap is not asked about.
+        let q = query_ranges(&mappings, [], [base + MIB], [], &mut sweep, 1);
+        assert!(!covers(&q, base + MIB));
+        // Candidates first; the budget stops the rest.
         let big = Mappings::new(vec![(base, base + 64 * GIB)]);
         let tracked: Vec<u64> = (0..10_000).map(|i| base + i * SUPERPAGE_SIZE).collect();
-        let q = query_ranges(&big, [base + 40 * GIB], tracked, &mut sweep, 4096);
+        let q = query_ranges(&big, [base + 40 * GIB], [], tracked, &mut sweep, 4096);
         assert!(covers(&q, base + 40 * GIB));
         assert!(pages(&q) <= 4096 + 512, "{}", pages(&q));
     }

@@ -28,7 +28,7 @@ impl State {
                     self.report_migration(report, metrics);
                 }
             }
-            EpochOutcome::NoPlacement | EpochOutcome::Idle => {}
+            EpochOutcome::NoPlacement => {}
             EpochOutcome::Planned(planned) => self.report_planned(planned, metrics),
         }
     }

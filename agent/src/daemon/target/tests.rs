@@ -351,3 +351,77 @@ fn migrated_bytes_and_pages_are_counted_per_direction() {
     assert_eq!(pages("demote", "moved").as_deref(), Some("515"));
     assert_eq!(pages("demote", "ebusy"), None);
 }
+
+#[test]
+fn a_quiet_target_waits_longer_the_longer_it_stays_quiet() {
+    use super::epoch::{IDLE_REPLAN, IDLE_REPLAN_MAX, quiet_wait};
+    let waits: Vec<u64> = (0..8).map(|n| quiet_wait(n).as_secs()).collect();
+    assert_eq!(waits, [10, 10, 20, 40, 80, 160, 160, 160]);
+    assert_eq!(quiet_wait(u32::MAX), IDLE_REPLAN_MAX);
+    assert_eq!(quiet_wait(1), IDLE_REPLAN);
+}
+
+/// The epochs a running target task has planned, from the status it publishes.
+fn epochs_of(status: &RwLock<AgentStatus>, pid: u32) -> u64 {
+    let status = status.read().unwrap();
+    status
+        .targets
+        .iter()
+        .find(|t| t.pid == pid)
+        .map_or(0, |t| t.epochs)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
+    // Counts, not timings: a slow machine plans fewer epochs, never more. With 1 s epochs a
+    // target that woke every epoch would plan about 11 times in 12 s; an idle one plans at
+    // 1 s and then every IDLE_REPLAN (10 s).
+    let child = crate::daemon::tests::Sleeper::spawn();
+    let pid = child.pid();
+    let mut tiering = TieringConfig::default();
+    tiering.policy.epoch.adaptive = false;
+    let spec = TargetSpec {
+        pid,
+        label: "idle".into(),
+        tiering,
+        exec: ExecConfig::default(),
+        observe: Arc::new(RwLock::new(Some("test".into()))),
+        fast_nodes: vec![0],
+        slow_nodes: Vec::new(),
+        nodes: None,
+        costs: Default::default(),
+        machine: Arc::new(SharedMachine::default()),
+        root: HostRoot::default(),
+    };
+    let status = Arc::new(RwLock::new(AgentStatus::default()));
+    let (metrics, _registry) = Metrics::new();
+    let handle = spawn(spec, 16, Instant::now(), metrics, Arc::clone(&status)).unwrap();
+    tokio::time::sleep(Duration::from_secs(12)).await;
+    let quiet = epochs_of(&status, pid);
+    assert!(
+        (1..=2).contains(&quiet),
+        "an idle target planned {quiet} times in 12 s of 1 s epochs"
+    );
+    // Something sampled wakes it: planned within an epoch or two, not at the next renewal.
+    let region = DamonObservation {
+        start: 0x7f00_0000_0000,
+        end: 0x7f00_0020_0000,
+        nr_accesses: 5,
+        max_nr_accesses: 20,
+        age: 0,
+    };
+    handle
+        .input
+        .send(TargetInput::Regions(vec![region]))
+        .await
+        .unwrap();
+    let woke = Instant::now();
+    while epochs_of(&status, pid) == quiet && woke.elapsed() < Duration::from_secs(30) {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        epochs_of(&status, pid) > quiet,
+        "a sampled target did not plan"
+    );
+    drop((handle, child));
+}

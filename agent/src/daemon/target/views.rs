@@ -57,6 +57,11 @@ impl EpochInput {
         }
     }
 
+    /// Nothing sampled and no region reported since the last epoch.
+    pub(super) fn is_empty(&self) -> bool {
+        self.pages.is_empty() && self.regions.is_empty()
+    }
+
     /// Empties the input for the next epoch, keeping its buffers.
     pub(super) fn clear(&mut self) {
         self.pages.clear();
