@@ -43,6 +43,7 @@ CONTRACT_METRICS = {
     "memtide_migrated_bytes_total",
     "memtide_migration_pages_total",
     "memtide_migration_failures_total",
+    "memtide_pages_skipped_total",
     "memtide_would_migrate_bytes_total",
     "memtide_epoch_seconds",
     "memtide_granularity_bytes",

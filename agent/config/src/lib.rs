@@ -106,6 +106,9 @@ pub struct TargetsConfig {
     pub pod_selector: String,
     /// Never managed, whatever the above say.
     pub exclude_pids: Vec<u32>,
+    /// Name patterns, as in `names`. A managed process's name and cgroup are read again every
+    /// 10 s: one that execs into an excluded name or moves into an excluded cgroup is dropped
+    /// within that.
     pub exclude_names: Vec<String>,
     /// cgroup v2 directories, as in `cgroups`. A process whose cgroup v2 membership cannot be
     /// read (a cgroup v1 host) is not managed while this list is not empty.

@@ -250,6 +250,20 @@ mod with_a_fake_source {
             .and_then(|line| line.rsplit(' ').next()?.parse().ok())
     }
 
+    /// A python3 child running `script`, once it printed its first line (returned).
+    fn python(script: &str) -> (Sleeper, String) {
+        let mut child = Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .expect("spawn python3");
+        let stdout = child.stdout.take().unwrap();
+        let child = Sleeper(child);
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+        (child, line)
+    }
+
     fn sample(pid: u32, addr: u64) -> AccessSample {
         AccessSample {
             addr,
@@ -485,19 +499,8 @@ mod with_a_fake_source {
              print('touched', flush=True)\n\
              time.sleep(600)\n"
         );
-        let mut child = Command::new("python3")
-            .args(["-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-            .expect("spawn python3");
-        let mut line = String::new();
-        std::io::BufRead::read_line(
-            &mut std::io::BufReader::new(child.stdout.take().unwrap()),
-            &mut line,
-        )
-        .unwrap();
+        let (child, line) = python(&script);
         assert_eq!(line.trim(), "touched");
-        let child = Sleeper(child);
         let pid = child.pid();
         let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).unwrap();
         let base = maps
@@ -537,6 +540,82 @@ mod with_a_fake_source {
         assert!(
             seen.managed_bytes.get("fast").copied().unwrap_or(0) >= TOUCHED * 4096,
             "the touched pages count as managed: {seen:?}"
+        );
+        daemon.stop().await;
+    }
+
+    /// A mapping the application bound with `mbind(2)` (as memtide's hint library does) is
+    /// left alone: its pages are counted in `memtide_pages_skipped_total{reason="mempolicy"}`
+    /// once, and the target is still planned.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_mapping_bound_by_the_application_is_left_alone_and_counted() {
+        const PAGES: u64 = 512;
+        if std::env::consts::ARCH != "x86_64" {
+            eprintln!(
+                "SKIP a_mapping_bound_by_the_application_is_left_alone_and_counted: the script calls mbind by its x86-64 number"
+            );
+            return;
+        }
+        let script = format!(
+            "import ctypes, sys, time\n\
+             libc = ctypes.CDLL(None, use_errno=True)\n\
+             libc.mmap.restype = ctypes.c_void_p\n\
+             libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
+             n = {PAGES} * 4096\n\
+             bound, free = libc.mmap(None, n, 3, 0x22, -1, 0), libc.mmap(None, n, 3, 0x22, -1, 0)\n\
+             mask = ctypes.c_ulong(1)\n\
+             # mbind(addr, len, MPOL_BIND, &{{node 0}}, maxnode, 0): syscall 237 on x86-64.\n\
+             if libc.syscall(237, ctypes.c_void_p(bound), ctypes.c_size_t(n), 2, ctypes.byref(mask), 64, 0) != 0:\n\
+             \x20   print('mbind failed', ctypes.get_errno(), flush=True); sys.exit(1)\n\
+             ctypes.memset(bound, 1, n); ctypes.memset(free, 1, n)\n\
+             print('ready', hex(bound), hex(free), flush=True)\n\
+             time.sleep(600)\n"
+        );
+        let (child, line) = python(&script);
+        let words: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(words.first(), Some(&"ready"), "{line}");
+        let pid = child.pid();
+        let numa_maps = std::fs::read_to_string(format!("/proc/{pid}/numa_maps")).unwrap();
+        let bound_line = format!("{} bind:0", words[1].trim_start_matches("0x"));
+        assert!(numa_maps.contains(&bound_line), "{numa_maps}");
+        let machine = Machine::new(&format!(
+            "observe = true\n[targets]\npids = [{pid}]\n[topology]\nfast_nodes = [0]\nslow_nodes = [2]\n"
+        ));
+        let (daemon, source) = machine.start().await;
+        eventually("the target", || target_pids(&daemon) == [pid]).await;
+        let free = u64::from_str_radix(words[2].trim_start_matches("0x"), 16).unwrap();
+        let skipped = || {
+            metric(
+                &metrics(&daemon),
+                &["memtide_pages_skipped_total", "reason=\"mempolicy\""],
+            )
+        };
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while target_status(&daemon, pid).epochs < 2 {
+            assert!(
+                Instant::now() < deadline,
+                "{:?}",
+                target_status(&daemon, pid)
+            );
+            source.ring.send(sample(pid, free + 64)).unwrap();
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let counted = skipped().unwrap_or(0.0);
+        // The bound mapping's pages, and python's own bound mappings if it has any: once each.
+        assert!(counted >= PAGES as f64, "{counted}");
+        let seen = target_status(&daemon, pid);
+        assert!(seen.last_errors.is_empty(), "{seen:?}");
+        // numa_maps is read again after 10 s while samples come: the same mapping is not
+        // counted again.
+        let later = Instant::now() + Duration::from_secs(11);
+        while Instant::now() < later {
+            source.ring.send(sample(pid, free + 64)).unwrap();
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        assert_eq!(
+            skipped(),
+            Some(counted),
+            "counted when first found, not every epoch"
         );
         daemon.stop().await;
     }

@@ -84,6 +84,8 @@ pub(crate) struct Workload {
     pub(crate) pid: u32,
     pub(crate) base: u64,
     pub(crate) size: u64,
+    /// Where a copy of the binary lives while it runs (removed with the workload).
+    exe_dir: Option<tempfile::TempDir>,
 }
 
 impl Workload {
@@ -104,6 +106,31 @@ impl Workload {
             .arg(env!("CARGO_BIN_EXE_memtide-workload"))
             .args(args);
         Self::spawn_command(command)
+    }
+
+    /// Like [`Workload::spawn`], run as user and group `nobody` (65534): a process of
+    /// another user, whose `/proc/PID/{maps,numa_maps}` and pages only a ptrace-capable agent
+    /// may read.
+    pub(crate) fn spawn_as_nobody(args: &[&str]) -> Self {
+        // A copy nobody may run: the build tree can sit under a directory only root enters.
+        let dir = tempfile::Builder::new()
+            .prefix("memtide-workload-")
+            .tempdir()
+            .expect("a directory for the workload");
+        let exe = dir.path().join("memtide-workload");
+        std::fs::copy(env!("CARGO_BIN_EXE_memtide-workload"), &exe).expect("copy the workload");
+        for path in [dir.path(), exe.as_path()] {
+            std::fs::set_permissions(path, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+                .expect("make the workload runnable by nobody");
+        }
+        let mut command = Command::new("setpriv");
+        command
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+            .arg(&exe)
+            .args(args);
+        let mut workload = Self::spawn_command(command);
+        workload.exe_dir = Some(dir);
+        workload
     }
 
     fn spawn_command(mut command: Command) -> Self {
@@ -132,6 +159,7 @@ impl Workload {
             pid,
             base,
             size,
+            exe_dir: None,
         }
     }
 

@@ -53,6 +53,29 @@ pub struct NumaMap {
 }
 
 impl NumaMap {
+    /// Why memtide must leave this mapping where it is, if it must: a memory policy the
+    /// application set (`mbind(2)`, memtide's hint library: bind, prefer, interleave) says
+    /// where its pages belong, and moving them would undo it. `default` and `local` express
+    /// no placement.
+    #[must_use]
+    pub fn left_alone_because(&self) -> Option<&'static str> {
+        match self.policy.as_str() {
+            "default" | "local" | "" => None,
+            _ => Some("mempolicy"),
+        }
+    }
+
+    /// Resident pages of 4 KiB on all nodes.
+    #[must_use]
+    pub fn resident_pages(&self) -> u64 {
+        let bytes = self
+            .nodes
+            .keys()
+            .map(|&node| self.bytes_on(node))
+            .fold(0, u64::saturating_add);
+        bytes / 4096
+    }
+
     /// Bytes on `node`. Saturates at `u64::MAX` (only a corrupt file has that many pages).
     #[must_use]
     pub fn bytes_on(&self, node: u32) -> u64 {

@@ -136,6 +136,45 @@ impl TierPlacement {
         Ok(())
     }
 
+    /// A copy in which the pages of `ranges` (`[start, end)`) read as not mapped, or `None`
+    /// when no queried page lies in them: what a planner that must leave those ranges alone
+    /// may see.
+    #[must_use]
+    pub fn without(&self, ranges: &[(u64, u64)]) -> Option<Self> {
+        // The queried pages inside `[lo, hi)`, as (range start, first index, end index).
+        let pieces = |lo: u64, hi: u64| {
+            let first = self
+                .ranges
+                .range(..=lo)
+                .next_back()
+                .map_or(lo, |(&start, _)| start);
+            self.ranges
+                .range(first..hi)
+                .filter_map(move |(&start, statuses)| {
+                    let end = start + statuses.len() as u64 * PAGE;
+                    let (from, to) = (lo.max(start), hi.min(end));
+                    let index =
+                        |addr: u64| usize::try_from((addr - start) / PAGE).unwrap_or(usize::MAX);
+                    (from < to).then(|| (start, index(from), index(to.next_multiple_of(PAGE))))
+                })
+        };
+        let found: Vec<(u64, usize, usize)> =
+            ranges.iter().flat_map(|&(lo, hi)| pieces(lo, hi)).collect();
+        if found.is_empty() {
+            return None;
+        }
+        let mut masked = self.clone();
+        for (start, from, to) in found {
+            if let Some(statuses) = masked.ranges.get_mut(&start) {
+                let to = to.min(statuses.len());
+                for status in &mut statuses[from.min(to)..to] {
+                    *status = PageStatus::Error(PageError::Fault);
+                }
+            }
+        }
+        Some(masked)
+    }
+
     fn status(&self, page: u64) -> Option<PageStatus> {
         let (&start, statuses) = self.ranges.range(..=page).next_back()?;
         let index = usize::try_from((page - start) / PAGE).ok()?;
@@ -231,6 +270,26 @@ impl TierPlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ranges_left_alone_read_as_not_mapped_in_the_copy_only() {
+        let mut view = TierPlacement::new(vec![0]);
+        let n = PageStatus::Node;
+        view.insert(0x10000, vec![n(0), n(1), n(1), n(0)]);
+        assert!(
+            view.without(&[(0x20000, 0x30000)]).is_none(),
+            "no overlap, no copy"
+        );
+        let masked = view.without(&[(0x11000, 0x13000)]).expect("overlaps");
+        assert_eq!(masked.is_fast(0x10000), Some(true));
+        assert_eq!(
+            (masked.is_fast(0x11000), masked.is_fast(0x12000)),
+            (None, None)
+        );
+        assert_eq!(masked.is_fast(0x13000), Some(true));
+        // The original still answers for the hit ratio.
+        assert_eq!(view.is_fast(0x11000), Some(false));
+    }
 
     #[test]
     fn tier_view_and_fast_ranges() {

@@ -10,7 +10,7 @@ use std::{
 use memtide_core::{
     engine::EngineStats,
     policy::{CapacityView, Plan},
-    units::{Direction, PAGE_SIZE},
+    units::Direction,
 };
 use memtide_host::{
     exec::{ExecReport, KernelBackend, TierNodes, requests_from_plan},
@@ -22,6 +22,7 @@ use super::{
     State,
     observe::AssumedView,
     query::{self, Mappings, QUERY_BUDGET_PAGES},
+    resident::Resident,
     views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
 use crate::daemon::sample_rate::charge_migration;
@@ -102,6 +103,7 @@ impl State {
             return EpochOutcome::Exited { executed: None };
         }
         let migration_cpu = self.migration_cpu.clone();
+        charge_migration(&migration_cpu, || self.refresh_resident(input));
         let (queried_at, placement) =
             match charge_migration(&migration_cpu, || self.placement(input)) {
                 Ok(found) => found,
@@ -113,7 +115,70 @@ impl State {
             };
         let coverage = self.tiering.engine().config().hot_coverage;
         let before = tier_view(input, &placement, coverage);
-        let plan = self.plan(now, &placement);
+        // The planner does not see what the application placed itself; the hit ratio does.
+        let plan = match placement.without(&self.left_alone) {
+            Some(masked) => self.plan(now, &masked),
+            None => self.plan(now, &placement),
+        };
+        self.log_plan(&plan, input);
+        let observed = self.observing() || self.spec.nodes.is_none();
+        let mut executed = None;
+        if observed {
+            self.assume(&plan);
+        } else if let Some(nodes) = self.spec.nodes
+            && !plan.moves.is_empty()
+        {
+            match charge_migration(&migration_cpu, || self.execute(&plan, nodes)) {
+                Ok(report) if report.aborted.is_some() => {
+                    return EpochOutcome::Exited {
+                        executed: Some(Box::new(report)),
+                    };
+                }
+                Ok(report) => executed = Some(report),
+                Err(error) => self.remember_error(error),
+            }
+        }
+        self.last_plan_at = Some(now);
+        self.last_plan_moved = !plan.moves.is_empty();
+        self.quiet_plans = match input.is_empty() && !self.last_plan_moved {
+            true => self.quiet_plans.saturating_add(1),
+            false => 0,
+        };
+        // After the moves: the placement is queried again only if pages moved.
+        let moved = executed
+            .as_ref()
+            .is_some_and(|report| report.total().pages_moved > 0);
+        let (placement, after, queried_at) = if moved {
+            let ranges: Vec<(u64, u64)> = placement.queried().collect();
+            let placement = charge_migration(&migration_cpu, || {
+                query_placement(&self.target, &self.spec.fast_nodes, &ranges)
+            })
+            .unwrap_or(placement);
+            let after = tier_view(input, &placement, coverage);
+            (placement, after, Instant::now())
+        } else {
+            (placement, before, queried_at)
+        };
+        let managed = self.managed(executed.as_ref());
+        self.placement = Some((queried_at, placement));
+        EpochOutcome::Planned(Box::new(Planned {
+            before,
+            after,
+            managed,
+            observed,
+            executed,
+            stats: self.tiering.stats(),
+            epoch: self.tiering.epoch(),
+            granularity_bytes: self.tiering.granularity().bytes(),
+            plan,
+        }))
+    }
+
+    /// What the plan decided and what it was decided on, for `RUST_LOG=memtide=debug`.
+    fn log_plan(&self, plan: &Plan, input: &EpochInput) {
+        if !tracing::enabled!(tracing::Level::DEBUG) {
+            return;
+        }
         let stats = self.tiering.stats();
         tracing::debug!(
             pid = self.spec.pid,
@@ -135,57 +200,6 @@ impl State {
             samples = input.pages.len(),
             "planned"
         );
-        let observed = self.observing() || self.spec.nodes.is_none();
-        let mut executed = None;
-        if observed {
-            self.assume(&plan);
-        } else if let Some(nodes) = self.spec.nodes
-            && !plan.moves.is_empty()
-        {
-            match charge_migration(&migration_cpu, || self.execute(&plan, nodes)) {
-                Ok(report) if report.aborted.is_some() => {
-                    return EpochOutcome::Exited {
-                        executed: Some(Box::new(report)),
-                    };
-                }
-                Ok(report) => executed = Some(report),
-                Err(error) => self.remember_error(error),
-            }
-        }
-        // After the moves: the placement is queried again only if pages moved.
-        let moved = executed
-            .as_ref()
-            .is_some_and(|report| report.total().pages_moved > 0);
-        let (placement, after, queried_at) = if moved {
-            let ranges: Vec<(u64, u64)> = placement.queried().collect();
-            let placement = charge_migration(&migration_cpu, || {
-                query_placement(&self.target, &self.spec.fast_nodes, &ranges)
-            })
-            .unwrap_or(placement);
-            let after = tier_view(input, &placement, coverage);
-            (placement, after, Instant::now())
-        } else {
-            (placement, before, queried_at)
-        };
-        let managed = charge_migration(&migration_cpu, || self.managed(input, executed.as_ref()));
-        self.placement = Some((queried_at, placement));
-        self.last_plan_at = Some(now);
-        self.last_plan_moved = !plan.moves.is_empty();
-        self.quiet_plans = match input.is_empty() && !self.last_plan_moved {
-            true => self.quiet_plans.saturating_add(1),
-            false => 0,
-        };
-        EpochOutcome::Planned(Box::new(Planned {
-            before,
-            after,
-            managed,
-            observed,
-            executed,
-            stats: self.tiering.stats(),
-            epoch: self.tiering.epoch(),
-            granularity_bytes: self.tiering.granularity().bytes(),
-            plan,
-        }))
     }
 
     /// How old a placement query may be for this epoch's plan.
@@ -207,14 +221,19 @@ impl State {
                 Ok((at, placement))
             }
             _ => {
-                let mappings = Mappings::new(
-                    self.target
-                        .maps()?
-                        .into_iter()
-                        .filter(|m| m.is_migratable())
-                        .map(|m| (m.start, m.end))
-                        .collect(),
-                );
+                let migratable: Vec<(u64, u64)> = self
+                    .target
+                    .maps()?
+                    .into_iter()
+                    .filter(|m| m.is_migratable())
+                    .map(|m| (m.start, m.end))
+                    .collect();
+                self.left_alone = self
+                    .resident
+                    .as_ref()
+                    .map(|resident| resident.ranges_left_alone(&migratable))
+                    .unwrap_or_default();
+                let mappings = Mappings::new(migratable);
                 let view = self.tiering.engine().view();
                 let ranges = query::query_ranges(
                     &mappings,
@@ -232,40 +251,39 @@ impl State {
         }
     }
 
-    /// Bytes of the target on the fast and on the slow nodes. From numa_maps (the kernel's
-    /// count of what is resident, at any size of target; the placement query covers only the
-    /// pages an epoch asks about), read as often as the placement is, and in between moved by
-    /// what the executor moved.
-    fn managed(
-        &mut self,
-        input: &EpochInput,
-        executed: Option<&ExecReport>,
-    ) -> [(&'static str, u64); 2] {
+    /// Reads numa_maps again once the last reading is older than the placement may be: the
+    /// managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
+    /// and the cached placement, which the planner would see them in, is dropped.
+    fn refresh_resident(&mut self, input: &EpochInput) {
         let max_age = self.placement_max_age(input);
-        let fresh = match self.managed {
-            Some((at, _)) if at.elapsed() < max_age => None,
-            _ => self.target.numa_maps().ok().map(|maps| {
-                let on = |nodes: &[u32]| -> u64 {
-                    maps.iter()
-                        .flat_map(|map| nodes.iter().map(|&node| map.bytes_on(node)))
-                        .fold(0, u64::saturating_add)
-                };
-                [on(&self.spec.fast_nodes), on(&self.spec.slow_nodes)]
-            }),
-        };
-        match (fresh, &mut self.managed) {
-            (Some(bytes), managed) => *managed = Some((Instant::now(), bytes)),
-            (None, Some((_, [fast, slow]))) => {
-                if let Some(report) = executed {
-                    let promoted = report.promote.pages_moved * PAGE_SIZE;
-                    let demoted = report.demote.pages_moved * PAGE_SIZE;
-                    *fast = (*fast + promoted).saturating_sub(demoted);
-                    *slow = (*slow + demoted).saturating_sub(promoted);
-                }
-            }
-            (None, None) => {}
+        if self
+            .resident
+            .as_ref()
+            .is_some_and(|resident| resident.read_at.elapsed() < max_age)
+        {
+            return;
         }
-        let [fast, slow] = self.managed.map_or([0, 0], |(_, bytes)| bytes);
+        let Ok(maps) = self.target.numa_maps() else {
+            return;
+        };
+        let fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
+        let newly = fresh.newly_left_alone(self.resident.as_ref());
+        if !newly.is_empty() {
+            self.placement = None;
+        }
+        for (why, pages) in newly {
+            *self.skipped_pages.entry(why).or_insert(0) += pages;
+        }
+        self.resident = Some(fresh);
+    }
+
+    /// Bytes of the target on the fast and on the slow nodes: numa_maps' last reading, moved
+    /// by what the executor moved since.
+    fn managed(&mut self, executed: Option<&ExecReport>) -> [(&'static str, u64); 2] {
+        if let (Some(resident), Some(report)) = (self.resident.as_mut(), executed) {
+            resident.moved(report);
+        }
+        let [fast, slow] = self.resident.as_ref().map_or([0, 0], |r| r.bytes);
         [("fast", fast), ("slow", slow)]
     }
 

@@ -15,6 +15,7 @@ mod machine;
 mod observe;
 mod query;
 mod report;
+mod resident;
 #[cfg(test)]
 mod tests;
 mod views;
@@ -80,8 +81,12 @@ struct State {
     placement: Option<(Instant, TierPlacement)>,
     /// Where the placement queries' sweep over the target goes on from.
     sweep: query::Sweep,
-    /// Bytes on the fast and the slow nodes, and when numa_maps last said so.
-    managed: Option<(Instant, [u64; 2])>,
+    /// numa_maps' last reading: bytes by tier, mappings to leave alone.
+    resident: Option<resident::Resident>,
+    /// The ranges of the mappings left alone, as of the last placement query.
+    left_alone: Vec<(u64, u64)>,
+    /// Pages newly left alone, by reason, not yet counted in the metric.
+    skipped_pages: std::collections::BTreeMap<&'static str, u64>,
     /// When the last plan was made (agent clock), and whether it moved anything.
     last_plan_at: Option<Duration>,
     last_plan_moved: bool,
@@ -170,7 +175,9 @@ pub fn spawn(
         executor,
         placement: None,
         sweep: query::Sweep::default(),
-        managed: None,
+        resident: None,
+        left_alone: Vec::new(),
+        skipped_pages: std::collections::BTreeMap::new(),
         last_plan_at: None,
         last_plan_moved: false,
         quiet_plans: 0,

@@ -1,5 +1,6 @@
 //! What an epoch did, published: the target's metrics (accesses and hit ratio, hot and managed
-//! bytes by tier, what moved or would have, per direction) and its row of `/status`.
+//! bytes by tier, what moved or would have, per direction, pages left alone) and its row of
+//! `/status`.
 
 use memtide_core::units::{Direction, PAGE_SIZE};
 use memtide_host::exec::{DirectionReport, ExecReport};
@@ -30,6 +31,14 @@ impl State {
             }
             EpochOutcome::NoPlacement => {}
             EpochOutcome::Planned(planned) => self.report_planned(planned, metrics),
+        }
+        for (why, pages) in std::mem::take(&mut self.skipped_pages) {
+            metrics
+                .pages_skipped
+                .get_or_create(&Reason {
+                    reason: why.to_owned(),
+                })
+                .inc_by(pages);
         }
     }
 

@@ -239,6 +239,37 @@ fn observe_mode_plans_against_the_moves_it_assumed() {
 }
 
 #[test]
+fn a_full_fast_tier_demotes_around_what_the_application_placed_itself() {
+    use memtide_core::{policy::CapacityView, tiering::Tiering};
+    // Two never-sampled superpages on the fast node, the first bound by the application; the
+    // fast tier is full, so the planner demotes never-sampled data to make room.
+    let (bound, free) = (0x4000_0000, 0x4020_0000);
+    let real = placement(&[(bound, 512), (free, 512)], &[]);
+    let capacity = CapacityView {
+        fast_total_bytes: 1 << 30,
+        fast_free_bytes: 0,
+        slow_total_bytes: 4 << 30,
+        slow_free_bytes: 4 << 30,
+        ..CapacityView::default()
+    };
+    let demoted = |view: &TierPlacement| {
+        let mut tiering = Tiering::new(TieringConfig::default()).unwrap();
+        let plan = tiering.plan(Duration::from_secs(1), view, &capacity);
+        let moved = |start: u64| {
+            plan.moves
+                .iter()
+                .any(|m| m.start < start + 0x20_0000 && start < m.start + m.len)
+        };
+        (moved(bound), moved(free))
+    };
+    // Without the mask the bound superpage is a victim like any other; with it, only the
+    // other one is.
+    assert_eq!(demoted(&real), (true, true));
+    let masked = real.without(&[(bound, bound + 0x20_0000)]).unwrap();
+    assert_eq!(demoted(&masked), (false, true));
+}
+
+#[test]
 fn free_memory_counts_above_the_executors_floor_only() {
     use memtide_host::{exec::watermark::NodeWatermarks, topology::Node};
     let node = |id, free_mib: u64| Node {

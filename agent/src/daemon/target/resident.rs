@@ -1,0 +1,130 @@
+//! What `/proc/PID/numa_maps` tells a target's epochs: its resident bytes on the fast and on the
+//! slow nodes (the managed-bytes gauge, at any size of target: the placement query covers only
+//! the pages an epoch asks about), and the mappings memtide must leave where they are.
+//!
+//! A mapping with a memory policy (`mbind(2)`, memtide's hint library: bind, prefer,
+//! interleave) says where the application wants its pages; moving them would undo it, and a
+//! bound range would be moved back by the kernel's next fault anyway. The planner sees such
+//! mappings as not mapped, the hit ratio still counts their accesses, and
+//! `memtide_pages_skipped_total{reason}` counts their pages when they are first found.
+
+use std::{collections::BTreeMap, time::Instant};
+
+use memtide_core::units::PAGE_SIZE;
+use memtide_host::{exec::ExecReport, targets::numa_maps::NumaMap};
+
+/// One reading of numa_maps, kept up to date with what memtide moved since.
+#[derive(Clone, Debug)]
+pub(super) struct Resident {
+    pub(super) read_at: Instant,
+    /// Bytes on the fast and on the slow nodes.
+    pub(super) bytes: [u64; 2],
+    /// Mappings to leave alone, by start address: `[start, end)` and why. The end is the next
+    /// mapping's start at most; numa_maps gives starts only, so `end` comes from
+    /// `/proc/PID/maps` ([`Self::ranges_left_alone`]).
+    left_alone: BTreeMap<u64, (&'static str, u64)>,
+}
+
+impl Resident {
+    /// From numa_maps, with `fast` and `slow` the nodes of each tier.
+    pub(super) fn read(maps: &[NumaMap], fast: &[u32], slow: &[u32]) -> Self {
+        let on = |nodes: &[u32]| -> u64 {
+            maps.iter()
+                .flat_map(|map| nodes.iter().map(|&node| map.bytes_on(node)))
+                .fold(0, u64::saturating_add)
+        };
+        let left_alone = maps
+            .iter()
+            .filter_map(|map| {
+                let why = map.left_alone_because()?;
+                Some((map.start, (why, map.resident_pages())))
+            })
+            .collect();
+        Self {
+            read_at: Instant::now(),
+            bytes: [on(fast), on(slow)],
+            left_alone,
+        }
+    }
+
+    /// Pages of the mappings this reading leaves alone that `earlier` did not, by reason.
+    pub(super) fn newly_left_alone(&self, earlier: Option<&Self>) -> BTreeMap<&'static str, u64> {
+        let mut pages = BTreeMap::new();
+        for (start, &(why, resident)) in &self.left_alone {
+            if earlier.is_none_or(|earlier| !earlier.left_alone.contains_key(start)) {
+                *pages.entry(why).or_insert(0) += resident;
+            }
+        }
+        pages
+    }
+
+    /// Whether the mapping starting at `start` is to be left alone.
+    pub(super) fn leaves_alone(&self, start: u64) -> bool {
+        self.left_alone.contains_key(&start)
+    }
+
+    /// The `[start, end)` ranges left alone, their ends from `mappings` (`[start, end)` by
+    /// start, as `/proc/PID/maps` lists them).
+    pub(super) fn ranges_left_alone(&self, mappings: &[(u64, u64)]) -> Vec<(u64, u64)> {
+        mappings
+            .iter()
+            .copied()
+            .filter(|&(start, _)| self.leaves_alone(start))
+            .collect()
+    }
+
+    /// Moves `report`'s migrated pages between the tiers' counts.
+    pub(super) fn moved(&mut self, report: &ExecReport) {
+        let [fast, slow] = &mut self.bytes;
+        let promoted = report.promote.pages_moved * PAGE_SIZE;
+        let demoted = report.demote.pages_moved * PAGE_SIZE;
+        *fast = (*fast + promoted).saturating_sub(demoted);
+        *slow = (*slow + demoted).saturating_sub(promoted);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(start: u64, policy: &str, pages_on_node0: u64) -> NumaMap {
+        NumaMap {
+            start,
+            policy: policy.into(),
+            nodes: [(0, pages_on_node0)].into_iter().collect(),
+            kernel_page_kb: 4,
+            ..NumaMap::default()
+        }
+    }
+
+    #[test]
+    fn mappings_with_a_memory_policy_are_left_alone_and_counted_once() {
+        let first = Resident::read(
+            &[map(0x1000, "default", 10), map(0x9000, "bind", 3)],
+            &[0],
+            &[1],
+        );
+        assert_eq!(first.bytes, [13 * 4096, 0]);
+        assert!(first.leaves_alone(0x9000) && !first.leaves_alone(0x1000));
+        assert_eq!(first.newly_left_alone(None), [("mempolicy", 3)].into());
+        let second = Resident::read(
+            &[
+                map(0x1000, "local", 10),
+                map(0x9000, "bind", 3),
+                map(0x20000, "prefer", 5),
+                map(0x30000, "interleave", 2),
+            ],
+            &[0],
+            &[1],
+        );
+        // Only what the first reading did not already leave alone.
+        assert_eq!(
+            second.newly_left_alone(Some(&first)),
+            [("mempolicy", 7)].into()
+        );
+        assert_eq!(
+            second.ranges_left_alone(&[(0x1000, 0x8000), (0x9000, 0x10000), (0x20000, 0x28000)]),
+            [(0x9000, 0x10000), (0x20000, 0x28000)]
+        );
+    }
+}
