@@ -159,11 +159,13 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
-        m.pages_skipped
-            .get_or_create(&Reason {
-                reason: "mempolicy".to_owned(),
-            })
-            .inc_by(0);
+        for reason in ["mempolicy", "mlocked"] {
+            m.pages_skipped
+                .get_or_create(&Reason {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(0);
+        }
         // Process metrics carry no prefix: the names every exporter uses.
         root.register_collector(Box::new(ProcessCollector));
         (metrics, root)
@@ -232,7 +234,7 @@ impl Metrics {
         );
         registry.register(
             "pages_skipped",
-            "Resident pages memtide leaves where they are, by reason (mempolicy: a mapping the application placed with mbind or the hint library), counted when first found",
+            "Resident pages memtide leaves where they are, by reason (mempolicy: a mapping the application placed with mbind or the hint library; mlocked: a mapping it locked), counted when first found",
             self.pages_skipped.clone(),
         );
         registry.register(

@@ -5,7 +5,8 @@
 //! The two-tier suite (issue #8) drives the real `memtide run` against `memtide-workload`:
 //! `promotion` (tests 1 and 6), `pressure` (2), `granularity` (3), `integrity` (4), `churn`
 //! (5), `sources` (7) and `compare` (8); `exec` holds the executor benchmark; `faults`
-//! turns memtide's kdamond off from outside.
+//! turns memtide's kdamond off from outside; `hints` shows a range marked with the hint library
+//! left where the application put it.
 mod support;
 mod vm {
     pub(crate) mod churn;
@@ -15,6 +16,7 @@ mod vm {
     pub(crate) mod exec;
     pub(crate) mod faults;
     pub(crate) mod granularity;
+    pub(crate) mod hints;
     pub(crate) mod integrity;
     pub(crate) mod pressure;
     pub(crate) mod promotion;

@@ -37,6 +37,7 @@
 //! | `verify [FIRST COUNT]` | compares every word of each page with the pattern of its current version | `verified pages=N mismatches=M` (mismatching pages; `first=P` names the first) |
 //! | `start r\|rw\|rewrite FIRST COUNT [STRIDE K]` | starts a background thread that sweeps those pages until `stop`, pausing 1 ms between passes: `r` reads one word per page, `rw` also writes it back unchanged, `rewrite` writes every page whole with its next pattern version | `started pages=N` |
 //! | `stop` | stops the background sweep | `stopped passes=P` |
+//! | `hint fast\|slow\|bandwidth FIRST COUNT` | marks the range with memtide's hint library (`memtide_hint`: an `mbind` policy for the fast or the slow tier, or interleaving, with the pages present moved to it); packed pages only | `hinted pages=N` |
 //! | `quit` (or end of input) | exits | — |
 //!
 //! Ranges are in pages from the start of the buffer. While a background sweep runs, the buffer
@@ -592,6 +593,25 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
                 let passes = buffer.hot(range, Duration::from_secs_f64(seconds?), write?);
                 Ok(format!("hot passes={passes}"))
             })
+        }
+        ["hint", kind, first, count] => {
+            let hint = match *kind {
+                "fast" => Ok(memtide_hint::Hint::Fast),
+                "slow" => Ok(memtide_hint::Hint::Slow),
+                "bandwidth" => Ok(memtide_hint::Hint::Bandwidth),
+                other => Err(format!("bad hint {other:?} (fast, slow or bandwidth)")),
+            };
+            let range = parse_range(buffer, &[first, count]);
+            match (hint, range) {
+                (Ok(hint), Ok(range)) if buffer.layout.stride == PAGE => {
+                    let pages = range.len() / PAGE;
+                    memtide_hint::hint(buffer.base() + range.start, range.len(), hint)
+                        .map(|()| format!("hinted pages={pages}"))
+                        .map_err(|error| format!("memtide_hint: {error}"))
+                }
+                (Ok(_), Ok(_)) => Err("hint needs packed pages (no --span)".to_owned()),
+                (Err(error), _) | (_, Err(error)) => Err(error),
+            }
         }
         ["churn", rounds] => rounds
             .parse::<usize>()

@@ -544,15 +544,15 @@ mod with_a_fake_source {
         daemon.stop().await;
     }
 
-    /// A mapping the application bound with `mbind(2)` (as memtide's hint library does) is
-    /// left alone: its pages are counted in `memtide_pages_skipped_total{reason="mempolicy"}`
-    /// once, and the target is still planned.
+    /// A mapping the application bound with `mbind(2)` (as memtide's hint library does), and
+    /// one it locked with `mlock(2)`, are left alone: their pages are counted in
+    /// `memtide_pages_skipped_total{reason}` once, and the target is still planned.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_mapping_bound_by_the_application_is_left_alone_and_counted() {
+    async fn mappings_bound_or_locked_by_the_application_are_left_alone_and_counted() {
         const PAGES: u64 = 512;
         if std::env::consts::ARCH != "x86_64" {
             eprintln!(
-                "SKIP a_mapping_bound_by_the_application_is_left_alone_and_counted: the script calls mbind by its x86-64 number"
+                "SKIP mappings_bound_or_locked_by_the_application_are_left_alone_and_counted: the script calls mbind by its x86-64 number"
             );
             return;
         }
@@ -562,12 +562,14 @@ mod with_a_fake_source {
              libc.mmap.restype = ctypes.c_void_p\n\
              libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]\n\
              n = {PAGES} * 4096\n\
-             bound, free = libc.mmap(None, n, 3, 0x22, -1, 0), libc.mmap(None, n, 3, 0x22, -1, 0)\n\
+             bound, free, locked = (libc.mmap(None, n, 3, 0x22, -1, 0) for _ in range(3))\n\
              mask = ctypes.c_ulong(1)\n\
              # mbind(addr, len, MPOL_BIND, &{{node 0}}, maxnode, 0): syscall 237 on x86-64.\n\
              if libc.syscall(237, ctypes.c_void_p(bound), ctypes.c_size_t(n), 2, ctypes.byref(mask), 64, 0) != 0:\n\
              \x20   print('mbind failed', ctypes.get_errno(), flush=True); sys.exit(1)\n\
              ctypes.memset(bound, 1, n); ctypes.memset(free, 1, n)\n\
+             if libc.mlock(ctypes.c_void_p(locked), ctypes.c_size_t(n)) != 0:\n\
+             \x20   print('mlock failed', ctypes.get_errno(), flush=True); sys.exit(1)\n\
              print('ready', hex(bound), hex(free), flush=True)\n\
              time.sleep(600)\n"
         );
@@ -603,6 +605,14 @@ mod with_a_fake_source {
         let counted = skipped().unwrap_or(0.0);
         // The bound mapping's pages, and python's own bound mappings if it has any: once each.
         assert!(counted >= PAGES as f64, "{counted}");
+        let locked = metric(
+            &metrics(&daemon),
+            &["memtide_pages_skipped_total", "reason=\"mlocked\""],
+        );
+        assert!(
+            locked.is_some_and(|pages| pages >= PAGES as f64),
+            "{locked:?}"
+        );
         let seen = target_status(&daemon, pid);
         assert!(seen.last_errors.is_empty(), "{seen:?}");
         // numa_maps is read again after 10 s while samples come: the same mapping is not

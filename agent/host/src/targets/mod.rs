@@ -254,6 +254,24 @@ impl Target {
     pub fn smaps(&self) -> Result<Vec<smaps::SmapsEntry>, TargetError> {
         self.read_proc("smaps", smaps::parse)
     }
+
+    /// Bytes the process has locked in memory (`VmLck` of `/proc/PID/status`): whether its
+    /// smaps, a page-table walk, is worth reading for the `lo` flag.
+    pub fn locked_bytes(&self) -> Result<u64, TargetError> {
+        self.read_proc("status", |path, text| {
+            text.lines()
+                .find_map(|line| line.strip_prefix("VmLck:"))
+                .map_or(Ok(0), |value| {
+                    value
+                        .trim()
+                        .trim_end_matches("kB")
+                        .trim()
+                        .parse::<u64>()
+                        .map(|kb| kb.saturating_mul(1024))
+                        .map_err(|_| SysfsError::parse(path, value.trim(), "VmLck: N kB"))
+                })
+        })
+    }
 }
 
 #[cfg(test)]

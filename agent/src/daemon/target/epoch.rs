@@ -266,7 +266,13 @@ impl State {
         let Ok(maps) = self.target.numa_maps() else {
             return;
         };
-        let fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
+        let mut fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
+        // smaps walks the page tables: read it only when something is locked.
+        if self.target.locked_bytes().is_ok_and(|locked| locked > 0)
+            && let Ok(smaps) = self.target.smaps()
+        {
+            fresh.add_locked(&smaps);
+        }
         let newly = fresh.newly_left_alone(self.resident.as_ref());
         if !newly.is_empty() {
             self.placement = None;

@@ -3,15 +3,19 @@
 //! the pages an epoch asks about), and the mappings memtide must leave where they are.
 //!
 //! A mapping with a memory policy (`mbind(2)`, memtide's hint library: bind, prefer,
-//! interleave) says where the application wants its pages; moving them would undo it, and a
-//! bound range would be moved back by the kernel's next fault anyway. The planner sees such
-//! mappings as not mapped, the hit ratio still counts their accesses, and
-//! `memtide_pages_skipped_total{reason}` counts their pages when they are first found.
+//! interleave) says where the application wants its pages; moving them would undo it. An
+//! mlocked mapping (`mlock(2)`, smaps flag `lo`) is one whose pages the application asked
+//! never to fault. The planner sees such mappings as not mapped, the hit ratio still counts
+//! their accesses, and `memtide_pages_skipped_total{reason}` (`mempolicy`, `mlocked`) counts
+//! their pages when they are first found.
 
 use std::{collections::BTreeMap, time::Instant};
 
 use memtide_core::units::PAGE_SIZE;
-use memtide_host::{exec::ExecReport, targets::numa_maps::NumaMap};
+use memtide_host::{
+    exec::ExecReport,
+    targets::{numa_maps::NumaMap, smaps::SmapsEntry},
+};
 
 /// One reading of numa_maps, kept up to date with what memtide moved since.
 #[derive(Clone, Debug)]
@@ -44,6 +48,16 @@ impl Resident {
             read_at: Instant::now(),
             bytes: [on(fast), on(slow)],
             left_alone,
+        }
+    }
+
+    /// Adds the mlocked mappings of `smaps` (flag `lo`): the application asked for their pages
+    /// never to fault, and a migration makes accesses wait on the pages being moved.
+    pub(super) fn add_locked(&mut self, smaps: &[SmapsEntry]) {
+        for entry in smaps.iter().filter(|entry| entry.has_flag("lo")) {
+            self.left_alone
+                .entry(entry.mapping.start)
+                .or_insert(("mlocked", entry.rss_kb / 4));
         }
     }
 
@@ -95,6 +109,31 @@ mod tests {
             kernel_page_kb: 4,
             ..NumaMap::default()
         }
+    }
+
+    #[test]
+    fn mlocked_mappings_are_left_alone_unless_already_for_their_policy() {
+        let smaps = memtide_host::targets::smaps::parse(
+            std::path::Path::new("smaps"),
+            "7f0000000000-7f0000010000 rw-p 00000000 00:00 0\n\
+             Rss:                  64 kB\n\
+             VmFlags: rd wr mr mw me lo ac\n\
+             7f0000020000-7f0000030000 rw-p 00000000 00:00 0\n\
+             Rss:                  64 kB\n\
+             VmFlags: rd wr mr mw me ac\n\
+             7f0000040000-7f0000050000 rw-p 00000000 00:00 0\n\
+             Rss:                  32 kB\n\
+             VmFlags: rd wr mr mw me lo ac\n",
+        )
+        .unwrap();
+        let mut resident = Resident::read(&[map(0x7f00_0004_0000, "bind", 8)], &[0], &[1]);
+        resident.add_locked(&smaps);
+        assert!(resident.leaves_alone(0x7f00_0000_0000));
+        assert!(!resident.leaves_alone(0x7f00_0002_0000));
+        assert_eq!(
+            resident.newly_left_alone(None),
+            [("mempolicy", 8), ("mlocked", 16)].into()
+        );
     }
 
     #[test]
