@@ -112,13 +112,6 @@ impl TierPlacement {
         self.ranges.insert(start, statuses);
     }
 
-    /// Queries `[start, start + len)` of `target` and adds it.
-    pub fn query(&mut self, target: &Target, start: u64, len: u64) -> Result<(), TargetError> {
-        let statuses = query_range(target, start, len, QUERY_BATCH)?;
-        self.insert(start & !(PAGE - 1), statuses);
-        Ok(())
-    }
-
     /// Queries every page of `ranges` (page-aligned `[start, end)`, disjoint) and adds them,
     /// [`QUERY_BATCH`] pages per call whatever the ranges' sizes: ten thousand single sampled
     /// pages cost ten calls, not ten thousand.

@@ -119,6 +119,19 @@ impl Collector<'_> {
         true
     }
 
+    /// Adds whole superpages from `superpages` until [`SWEEP_PAGES`] more pages (or the budget)
+    /// are taken; returns the superpage to go on from next time, `None` when they ran out.
+    fn take_stretch(&mut self, superpages: impl IntoIterator<Item = u64>) -> Option<u64> {
+        let goal = self.pages.saturating_add(SWEEP_PAGES).min(self.budget);
+        for sp in superpages {
+            if self.pages >= goal {
+                return Some(sp);
+            }
+            self.take(sp);
+        }
+        None
+    }
+
     /// Adds the page at `addr` alone, unless its superpage is taken whole; false once the
     /// budget is spent.
     fn take_page(&mut self, addr: u64) -> bool {
@@ -169,30 +182,15 @@ pub(super) fn query_ranges(
             break;
         }
     }
-    let sweep_goal = collect.pages.saturating_add(SWEEP_PAGES).min(budget_pages);
-    let mut next = None;
-    for sp in mappings.superpages_from(sweep.next) {
-        if collect.pages >= sweep_goal {
-            next = Some(sp);
-            break;
-        }
-        collect.take(sp);
-    }
     // Swept to the end of the last mapping: start again from the first.
-    sweep.next = next.unwrap_or(0);
+    sweep.next = collect
+        .take_stretch(mappings.superpages_from(sweep.next))
+        .unwrap_or(0);
     let mut tracked: Vec<u64> = tracked.into_iter().map(|a| a >> SUPERPAGE_SHIFT).collect();
     tracked.sort_unstable();
     let from = tracked.partition_point(|&sp| sp < sweep.tracked_next);
-    let tracked_goal = collect.pages.saturating_add(SWEEP_PAGES).min(budget_pages);
-    let mut next = None;
-    for &sp in tracked[from..].iter().chain(&tracked[..from]) {
-        if collect.pages >= tracked_goal {
-            next = Some(sp);
-            break;
-        }
-        collect.take(sp);
-    }
-    sweep.tracked_next = next.unwrap_or(0);
+    let round = tracked[from..].iter().chain(&tracked[..from]).copied();
+    sweep.tracked_next = collect.take_stretch(round).unwrap_or(0);
     merge(collect.ranges)
 }
 
