@@ -62,6 +62,8 @@ pub struct PodRef {
     pub namespace: String,
     pub name: String,
     pub uid: String,
+    /// The pod's labels, which `[[targets.limits]] pod_label` matches.
+    pub labels: std::collections::BTreeMap<String, String>,
 }
 
 /// Lists the opted-in pods of one node.
@@ -212,6 +214,8 @@ struct Metadata {
     #[serde(default)]
     name: String,
     uid: String,
+    #[serde(default)]
+    labels: std::collections::BTreeMap<String, String>,
 }
 
 #[derive(Default, Deserialize)]
@@ -232,6 +236,7 @@ pub fn parse_pod_list(body: &str) -> Result<Vec<PodRef>, serde_json::Error> {
             namespace: pod.metadata.namespace,
             name: pod.metadata.name,
             uid: pod.metadata.uid,
+            labels: pod.metadata.labels,
         })
         .collect();
     pods.sort_by(|a, b| a.uid.cmp(&b.uid));
@@ -450,7 +455,7 @@ mod tests {
     fn finished_pods_are_left_out_and_the_rest_sorted_by_uid() {
         let body = r#"{"kind":"PodList","apiVersion":"v1","metadata":{"resourceVersion":"9"},
             "items":[
-              {"metadata":{"name":"db","namespace":"prod","uid":"b-2"},"status":{"phase":"Running"}},
+              {"metadata":{"name":"db","namespace":"prod","uid":"b-2","labels":{"tier":"gold"}},"status":{"phase":"Running"}},
               {"metadata":{"name":"job","namespace":"prod","uid":"c-3"},"status":{"phase":"Succeeded"}},
               {"metadata":{"name":"web","namespace":"prod","uid":"a-1"},"status":{"phase":"Pending"}},
               {"metadata":{"name":"new","namespace":"prod","uid":"d-4"}}
@@ -459,6 +464,8 @@ mod tests {
         let uids: Vec<&str> = pods.iter().map(|p| p.uid.as_str()).collect();
         assert_eq!(uids, ["a-1", "b-2", "d-4"]);
         assert_eq!(pods[1].name, "db");
+        assert_eq!(pods[1].labels.get("tier").map(String::as_str), Some("gold"));
+        assert!(pods[0].labels.is_empty());
         assert!(parse_pod_list(r#"{"items":[{"metadata":{}}]}"#).is_err());
     }
 }

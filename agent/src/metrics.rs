@@ -114,6 +114,7 @@ pub struct Metrics {
     pub granularity_bytes: Family<TargetLabel, Gauge>,
     pub hot_bytes: Family<TargetTier, Gauge>,
     pub managed_bytes: Family<TargetTier, Gauge>,
+    pub fast_share_bytes: Family<TargetLabel, Gauge>,
     pub tier_capacity_bytes: Family<NodeTier, Gauge>,
     pub tier_free_bytes: Family<NodeTier, Gauge>,
     pub tier_latency_seconds: Family<NodeKind, GaugeF64>,
@@ -202,6 +203,11 @@ impl Metrics {
             "managed_bytes",
             "Resident bytes of the target memtide manages, by tier",
             self.managed_bytes.clone(),
+        );
+        registry.register(
+            "fast_share_bytes",
+            "Bytes of the fast tier the target may hold: its [[targets.limits]] limit, or its fair share while targets compete for the tier; absent while neither bounds it",
+            self.fast_share_bytes.clone(),
         );
         registry.register(
             "engine_untracked_samples",
@@ -454,6 +460,9 @@ impl Metrics {
             target: target.clone(),
         });
         self.granularity_bytes.remove(&TargetLabel {
+            target: target.clone(),
+        });
+        self.fast_share_bytes.remove(&TargetLabel {
             target: target.clone(),
         });
         for tier in tiers {

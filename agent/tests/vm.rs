@@ -6,7 +6,8 @@
 //! `promotion` (tests 1 and 6), `pressure` (2), `granularity` (3), `integrity` (4), `churn`
 //! (5), `sources` (7) and `compare` (8); `exec` holds the executor benchmark; `faults`
 //! turns memtide's kdamond off from outside; `hints` shows a range marked with the hint library
-//! left where the application put it.
+//! left where the application put it; `tenancy` holds a limited tenant to its share of the
+//! fast tier while another gets the rest.
 mod support;
 mod vm {
     pub(crate) mod churn;
@@ -22,5 +23,6 @@ mod vm {
     pub(crate) mod promotion;
     pub(crate) mod smoke;
     pub(crate) mod sources;
+    pub(crate) mod tenancy;
     pub(crate) mod tiering;
 }

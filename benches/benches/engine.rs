@@ -160,6 +160,7 @@ fn plan(c: &mut Criterion) {
             write_ns: Some(480.0),
             bandwidth_bytes_per_s: Some(80e9),
         },
+        share: None,
     };
     let mut g = c.benchmark_group("plan");
     g.bench_function("1tib_n1000_full_fast_tier", |b| {

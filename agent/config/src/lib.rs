@@ -22,10 +22,12 @@ use memtide_host::{
 
 pub use self::{
     kubernetes::KubeConfig,
+    limits::{LimitAmount, TargetLimit},
     sources::{DamonMonitorConfig, SourcesConfig},
 };
 
 pub mod kubernetes;
+pub mod limits;
 pub mod sources;
 
 /// Where the service looks for its configuration.
@@ -87,7 +89,7 @@ pub enum LogFormat {
 
 /// `[targets]`: which processes memtide manages. With none configured (and none given on the
 /// command line) it observes every process and migrates nothing.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TargetsConfig {
     /// Process ids.
@@ -116,6 +118,12 @@ pub struct TargetsConfig {
     /// Upper bound on processes managed (or observed) at once; further ones are skipped and
     /// counted, which bounds the agent's memory.
     pub max_targets: usize,
+    /// Fast-tier limits, one `[[targets.limits]]` table each: `cgroup`, `pod_label`
+    /// (`key=value`, for pods opted in by `pod_selector`) or `name` says which targets, and
+    /// `fast_bytes` or `fast_percent` (of the fast tier's memory) how much of the fast tier
+    /// each of them may hold. The first table that matches a target applies. A target without
+    /// a limit shares the fast tier fairly with the others when they want more than it has.
+    pub limits: Vec<TargetLimit>,
 }
 
 impl Default for TargetsConfig {
@@ -130,6 +138,7 @@ impl Default for TargetsConfig {
             exclude_names: Vec::new(),
             exclude_cgroups: Vec::new(),
             max_targets: 64,
+            limits: Vec::new(),
         }
     }
 }
@@ -381,6 +390,11 @@ impl Config {
         }
         if self.targets.max_targets == 0 {
             problem("targets.max_targets", "must be at least 1".to_owned());
+        }
+        for (index, limit) in self.targets.limits.iter().enumerate() {
+            for found in limit.problems(index) {
+                problem(&found.key, found.message);
+            }
         }
         if self.kubernetes.poll_seconds == 0 {
             problem("kubernetes.poll_seconds", "must be at least 1".to_owned());

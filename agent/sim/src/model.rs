@@ -494,6 +494,7 @@ impl TierModel {
             slow_free_bytes: 1 << 50,
             fast,
             slow,
+            share: None,
         }
     }
 }

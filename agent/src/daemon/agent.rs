@@ -27,10 +27,11 @@ use tokio::sync::mpsc;
 
 use super::{
     RunOptions, config,
+    limits::limit_for,
     pods::PodWatch,
     publish::Published,
     status::AgentStatus,
-    target::{self, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
+    target::{self, FastShares, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
 };
 use crate::{
     metrics::{Metrics, SourceReason},
@@ -70,6 +71,8 @@ pub(super) struct Agent {
     pub(super) published: Published,
     /// The nodes and watermarks every target plans against, read once for all of them.
     pub(super) machine: Arc<SharedMachine>,
+    /// The fast tier's division between the targets.
+    pub(super) shares: Arc<FastShares>,
 }
 
 /// How the hotness source learns a changed target list.
@@ -158,6 +161,33 @@ impl Agent {
             nodes,
             root: self.root.clone(),
             machine: Arc::clone(&self.machine),
+            limit: Arc::new(RwLock::new(self.limit_for(pid))),
+            shares: Arc::clone(&self.shares),
+        }
+    }
+
+    /// The `[[targets.limits]]` table that applies to `pid` now.
+    fn limit_for(&self, pid: u32) -> Option<target::AppliedLimit> {
+        let pods = self.pods.as_ref().map_or(&[][..], PodWatch::pods);
+        limit_for(&self.root, pid, &self.config.targets.limits, pods)
+    }
+
+    /// Matches every running target against the limits again (after a reload).
+    fn update_limits(&self) {
+        for (&pid, handle) in &self.targets {
+            let limit = self.limit_for(pid);
+            let mut current = match handle.limit.write() {
+                Ok(guard) => guard,
+                Err(poisoned) => poisoned.into_inner(),
+            };
+            if *current != limit {
+                tracing::info!(
+                    pid,
+                    limit = %limit.as_ref().map_or_else(|| "none".to_owned(), ToString::to_string),
+                    "fast-tier limit changed"
+                );
+                *current = limit;
+            }
         }
     }
 
@@ -204,7 +234,11 @@ impl Agent {
                     pid,
                     sender: TargetChannel(handle.input.clone()),
                 });
-                tracing::info!(pid, target = %label, "managing target");
+                let limit = match handle.limit.read() {
+                    Ok(limit) => limit.as_ref().map(ToString::to_string),
+                    Err(_) => None,
+                };
+                tracing::info!(pid, target = %label, limit = limit.as_deref().unwrap_or("none"), "managing target");
                 self.targets.insert(pid, handle);
                 true
             }
@@ -391,7 +425,8 @@ impl Agent {
                 self.selection = config.targets.selection();
                 self.config = config;
                 self.update_observe_reason();
-                tracing::info!(path = %path.display(), "configuration reloaded (observe mode and targets apply now; engine settings to targets found from now on)");
+                self.update_limits();
+                tracing::info!(path = %path.display(), "configuration reloaded (observe mode, targets and limits apply now; engine settings to targets found from now on)");
             }
             Err(error) => {
                 tracing::error!(%error, "SIGHUP: the new configuration is invalid; keeping the running one");

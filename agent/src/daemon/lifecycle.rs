@@ -245,6 +245,7 @@ async fn prepare(
         ingest_counters: Arc::new(IngestCounters::default()),
         published: Published::default(),
         machine: Arc::default(),
+        shares: Arc::default(),
     };
     Ok((agent, http, http_stop, ready))
 }

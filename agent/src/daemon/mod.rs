@@ -11,6 +11,7 @@ mod agent;
 mod config;
 pub mod http;
 mod lifecycle;
+mod limits;
 pub mod notify;
 mod pods;
 mod publish;

@@ -89,6 +89,11 @@ impl PodWatch {
         }
     }
 
+    /// The opted-in pods of the last good list.
+    pub(super) fn pods(&self) -> &[PodRef] {
+        &self.pods
+    }
+
     /// `base` plus one pod selector per opted-in pod.
     #[must_use]
     pub(super) fn selection(&self, base: &Selection) -> Selection {

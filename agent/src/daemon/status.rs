@@ -45,6 +45,13 @@ pub struct TargetStatus {
     pub would_demote_bytes: u64,
     /// Memory held by this target's engine.
     pub engine_memory_bytes: u64,
+    /// Bytes of the fast tier the target may hold: its limit, or its fair share while targets
+    /// compete for the tier; `None` while neither bounds it.
+    #[serde(default)]
+    pub fast_share_bytes: Option<u64>,
+    /// Why: `limit (cgroup tenants/a)` or `fair share`.
+    #[serde(default)]
+    pub fast_share_reason: Option<String>,
     /// The most recent problems, newest last.
     pub last_errors: Vec<String>,
 }
@@ -136,6 +143,9 @@ impl AgentStatus {
                 promoted,
                 demoted,
             );
+            if let (Some(share), Some(reason)) = (t.fast_share_bytes, &t.fast_share_reason) {
+                let _ = writeln!(out, "    fast-tier share: {} ({reason})", bytes(share));
+            }
             for error in &t.last_errors {
                 let _ = writeln!(out, "    last error: {error}");
             }
@@ -175,6 +185,8 @@ mod tests {
                 epoch_seconds: 1.5,
                 samples: 1000,
                 would_promote_bytes: 8192,
+                fast_share_bytes: Some(32 << 20),
+                fast_share_reason: Some("limit (cgroup tenants/a)".into()),
                 last_errors: vec!["move_pages: EBUSY".into()],
                 ..TargetStatus::default()
             }],
@@ -194,6 +206,10 @@ mod tests {
             "{row}"
         );
         assert!(table.contains("last error: move_pages: EBUSY"));
+        assert!(
+            table.contains("    fast-tier share: 32 MiB (limit (cgroup tenants/a))"),
+            "{table}"
+        );
         let json = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<AgentStatus>(&json).unwrap(), status);
     }

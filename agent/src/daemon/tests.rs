@@ -544,6 +544,59 @@ mod with_a_fake_source {
         daemon.stop().await;
     }
 
+    /// A `[[targets.limits]]` table bounds the target it matches (its status row shows the
+    /// share and why, `memtide_fast_share_bytes` exports it), not another one, and a reload
+    /// that changes the table reaches the running target.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_limit_bounds_the_target_it_matches_and_a_reload_changes_it() {
+        let limited = Sleeper::spawn();
+        let (free, _) = python("import time; print('ready', flush=True); time.sleep(600)");
+        let config = |limit: u64| {
+            format!(
+                "[targets]\npids = [{}, {}]\n\
+                 [[targets.limits]]\ncgroup = \"no/such/group\"\nfast_bytes = 1\n\
+                 [[targets.limits]]\nname = \"sle?p\"\nfast_bytes = {limit}\n",
+                limited.pid(),
+                free.pid(),
+            )
+        };
+        let machine = Machine::new(&config(64 << 20));
+        let (daemon, _source) = machine.start().await;
+        let share = |pid| {
+            let row = target_status(&daemon, pid);
+            (row.epochs > 0, row.fast_share_bytes, row.fast_share_reason)
+        };
+        let limit = |bytes: u64| (true, Some(bytes), Some("limit (name sle?p)".to_owned()));
+        eventually("the limit in the status rows", || {
+            share(limited.pid()) == limit(64 << 20) && share(free.pid()) == (true, None, None)
+        })
+        .await;
+        let label = target_status(&daemon, limited.pid()).target;
+        let exported = || {
+            metric(
+                &metrics(&daemon),
+                &["memtide_fast_share_bytes{", &format!("\"{label}\"")],
+            )
+        };
+        assert_eq!(exported(), Some(f64::from(64 << 20)));
+        let free_label = target_status(&daemon, free.pid()).target;
+        let free_series = metric(
+            &metrics(&daemon),
+            &["memtide_fast_share_bytes{", &format!("\"{free_label}\"")],
+        );
+        assert_eq!(free_series, None, "an unbounded target has no share series");
+
+        // A quiet target plans again within 10 s of its first plan (IDLE_REPLAN).
+        machine.configure(&config(1 << 20));
+        daemon.send(Control::Reload);
+        eventually("the new limit after the reload", || {
+            share(limited.pid()) == limit(1 << 20)
+        })
+        .await;
+        assert_eq!(exported(), Some(f64::from(1 << 20)));
+        daemon.stop().await;
+    }
+
     /// A mapping the application bound with `mbind(2)` (as memtide's hint library does), and
     /// one it locked with `mlock(2)`, are left alone: their pages are counted in
     /// `memtide_pages_skipped_total{reason}` once, and the target is still planned.

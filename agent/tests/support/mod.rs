@@ -421,6 +421,15 @@ impl Drop for Agent {
     }
 }
 
+/// What `memtide status` prints for the agent listening on `port`.
+pub(crate) fn run_memtide_status(port: u16) -> String {
+    let output = Command::new(memtide_bin())
+        .args(["status", "--address", &format!("127.0.0.1:{port}")])
+        .output()
+        .expect("memtide status");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
 /// The value of the first sample of `metric` whose labels contain `label` in OpenMetrics
 /// text, if any.
 pub(crate) fn metric_value(text: &str, metric: &str, label: &str) -> Option<f64> {

@@ -97,11 +97,7 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
         String::from_utf8_lossy(&checked.stderr)
     );
 
-    let status = Command::new(support::memtide_bin())
-        .args(["status", "--address", &format!("127.0.0.1:{}", agent.port)])
-        .output()
-        .expect("memtide status");
-    let table = String::from_utf8_lossy(&status.stdout);
+    let table = support::run_memtide_status(agent.port);
     assert!(
         table.lines().any(|line| line.contains(&format!(":{pid} "))),
         "status has no row for the child:\n{table}"

@@ -67,20 +67,29 @@ impl CapacityConfig {
         frac(cap.fast_total_bytes, 1.0 - self.high_watermark)
     }
 
-    /// Bytes promotions may fill before any demotion (never negative).
+    /// Bytes promotions may fill before any demotion (never negative): free memory above the
+    /// high watermark, and no more than what is left of the target's share.
     #[must_use]
     pub fn promote_room(&self, cap: &CapacityView) -> u64 {
-        cap.fast_free_bytes.saturating_sub(self.reserve_bytes(cap))
+        let free = cap.fast_free_bytes.saturating_sub(self.reserve_bytes(cap));
+        cap.share.map_or(free, |share| {
+            free.min(share.limit_bytes.saturating_sub(share.held_bytes))
+        })
     }
 
-    /// Bytes to demote to get back under the watermarks (0 while usage ≤ high watermark).
+    /// Bytes to demote to get back under the watermarks (0 while usage ≤ high watermark), or
+    /// back within the target's share, whichever is more.
     #[must_use]
     pub fn watermark_demand(&self, cap: &CapacityView) -> u64 {
-        if cap.fast_free_bytes >= self.reserve_bytes(cap) {
+        let machine = if cap.fast_free_bytes >= self.reserve_bytes(cap) {
             0
         } else {
             frac(cap.fast_total_bytes, 1.0 - self.low_watermark).saturating_sub(cap.fast_free_bytes)
-        }
+        };
+        let over_share = cap.share.map_or(0, |share| {
+            share.held_bytes.saturating_sub(share.limit_bytes)
+        });
+        machine.max(over_share)
     }
 
     /// (promote, demote) budget for an epoch that lasted `elapsed_ms`.
@@ -230,6 +239,37 @@ mod tests {
         // One byte below: demote back to 1 % free.
         assert_eq!(cfg.watermark_demand(&cap(100_000, 499)), 501);
         assert_eq!(cfg.watermark_demand(&cap(100_000, 0)), 1000);
+    }
+
+    #[test]
+    fn a_share_bounds_promotions_and_demotes_what_is_held_above_it() {
+        let cfg = CapacityConfig::default();
+        let shared = |limit, held| CapacityView {
+            share: Some(crate::policy::FastShare {
+                limit_bytes: limit,
+                held_bytes: held,
+            }),
+            ..cap(100_000, 50_000)
+        };
+        // Room is what is left of the share while the tier has more free.
+        assert_eq!(cfg.promote_room(&shared(30_000, 10_000)), 20_000);
+        assert_eq!(cfg.watermark_demand(&shared(30_000, 10_000)), 0);
+        // A share larger than the free memory leaves the machine's room.
+        assert_eq!(cfg.promote_room(&shared(90_000, 0)), 49_500);
+        // Above the share: no room, and the excess is demoted.
+        assert_eq!(cfg.promote_room(&shared(30_000, 34_000)), 0);
+        assert_eq!(cfg.watermark_demand(&shared(30_000, 34_000)), 4_000);
+        // The machine's own demand wins when it is larger.
+        let full = CapacityView {
+            share: Some(crate::policy::FastShare {
+                limit_bytes: 30_000,
+                held_bytes: 30_100,
+            }),
+            ..cap(100_000, 0)
+        };
+        assert_eq!(cfg.watermark_demand(&full), 1_000);
+        assert_eq!(shared(30_000, 0).fast_reach_bytes(), 30_000);
+        assert_eq!(cap(100_000, 0).fast_reach_bytes(), 100_000);
     }
 
     #[test]

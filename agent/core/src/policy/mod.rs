@@ -74,6 +74,17 @@ pub struct TierCost {
     pub bandwidth_bytes_per_s: Option<f64>,
 }
 
+/// A target's share of the fast tier, when it has one: a configured limit, or its fair share
+/// while several targets compete for the tier. Promotions never take the target above
+/// `limit_bytes`; what it holds above it is demoted, coldest first.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FastShare {
+    /// Bytes of the fast tier the target may hold.
+    pub limit_bytes: u64,
+    /// Bytes of the fast tier the target holds now.
+    pub held_bytes: u64,
+}
+
 /// How much room each tier has, as the caller measured it just before planning.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct CapacityView {
@@ -87,6 +98,19 @@ pub struct CapacityView {
     pub slow_free_bytes: u64,
     pub fast: TierCost,
     pub slow: TierCost,
+    /// The target's share of the fast tier; `None`: the whole tier, as free memory allows.
+    #[serde(default)]
+    pub share: Option<FastShare>,
+}
+
+impl CapacityView {
+    /// Bytes of the fast tier this target can hope to hold: its share, else the whole tier.
+    #[must_use]
+    pub fn fast_reach_bytes(&self) -> u64 {
+        self.share.map_or(self.fast_total_bytes, |share| {
+            share.limit_bytes.min(self.fast_total_bytes)
+        })
+    }
 }
 
 /// All tunables of the policy, grouped by concern. Every group documents its defaults.

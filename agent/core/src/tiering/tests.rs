@@ -37,11 +37,28 @@ fn drive(
     per_interval: usize,
     epoch: u64,
 ) -> Vec<Plan> {
+    drive_with(
+        e,
+        g,
+        model,
+        (intervals, per_interval, epoch),
+        TierModel::capacity,
+    )
+}
+
+/// [`drive`] with the capacity each plan sees worked out from the model by `capacity`.
+fn drive_with(
+    e: &mut Tiering,
+    g: &mut TraceGen,
+    model: &mut TierModel,
+    (intervals, per_interval, epoch): (u64, usize, u64),
+    capacity: impl Fn(&TierModel) -> CapacityView,
+) -> Vec<Plan> {
     let mut plans = Vec::new();
     for i in 0..intervals {
         e.observe_samples(&g.interval(per_interval), ms(i * 50 + 25));
         if (i + 1) % epoch == 0 {
-            let p = e.plan(ms((i + 1) * 50), model, &model.capacity());
+            let p = e.plan(ms((i + 1) * 50), model, &capacity(model));
             model.apply(&p);
             plans.push(p);
         }
@@ -93,6 +110,75 @@ impl CapacityConfigTest {
             ..CapacityView::default()
         })
     }
+}
+
+/// Plans `epochs` epochs of `g` against `model` as a target whose share of the fast tier is
+/// `limit`: the share, not the tier's free memory, bounds what it holds.
+fn drive_with_share(
+    e: &mut Tiering,
+    g: &mut TraceGen,
+    model: &mut TierModel,
+    limit: u64,
+    epochs: u64,
+) -> Vec<Plan> {
+    drive_with(e, g, model, (epochs * 20, 4000, 20), |model| CapacityView {
+        share: Some(crate::policy::FastShare {
+            limit_bytes: limit,
+            held_bytes: model.fast_used(),
+        }),
+        ..model.capacity()
+    })
+}
+
+#[test]
+fn a_target_never_holds_more_than_its_share_of_a_roomy_fast_tier() {
+    let mut e = Tiering::new(cfg()).unwrap();
+    // 4 MiB hot on the slow tier, an empty 1 GiB fast tier, a 512 KiB share.
+    let mut g = TraceGen::new(11, Pattern::UniformHot { hot_pages: 1024 }, 0, GIB);
+    g.hot_share = 0.95;
+    let mut model = TierModel::new(0, GIB, Tier::Slow, GIB);
+    let limit = 512 * 1024;
+    let plans = drive_with_share(&mut e, &mut g, &mut model, limit, 12);
+    assert!(plans[0].would_promote_bytes > limit, "{:?}", plans[0]);
+    assert!(plans.iter().all(|p| p.promote_room <= limit));
+    assert!(model.fast_used() <= limit, "{}", model.fast_used());
+    // It used its share.
+    assert!(model.fast_used() >= limit * 3 / 4, "{}", model.fast_used());
+}
+
+#[test]
+fn a_target_above_its_share_demotes_the_excess_coldest_first() {
+    let mut e = Tiering::new(cfg()).unwrap();
+    // 64 MiB all fast in a roomy tier, a few pages hot, and a share of 16 MiB.
+    let mut model = TierModel::new(0, 64 * MIB, Tier::Fast, GIB);
+    let mut g = TraceGen::new(
+        5,
+        Pattern::SparseHot {
+            hot_superpages: 4,
+            max_hot: 8,
+        },
+        0,
+        64 * MIB,
+    );
+    g.hot_share = 1.0;
+    let limit = 16 * MIB;
+    let plans = drive_with_share(&mut e, &mut g, &mut model, limit, 40);
+    assert_eq!(plans[0].would_demote_bytes, 48 * MIB);
+    assert!(
+        plans
+            .iter()
+            .flat_map(|p| &p.moves)
+            .all(|m| m.direction == Direction::Demote),
+        "a target above its share promoted"
+    );
+    assert!(model.fast_used() <= limit, "{}", model.fast_used());
+    // The hot pages stayed.
+    let hot_slow = g
+        .hot_pages()
+        .iter()
+        .filter(|&&a| model.tier_of(a) == Some(Tier::Slow))
+        .count();
+    assert_eq!(hot_slow, 0);
 }
 
 #[test]
@@ -204,7 +290,7 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
     c.policy.capacity.promote_bytes_per_s = 16 * PAGE_SIZE;
     let run = |c: TieringConfig| {
         let mut e = Tiering::new(c).unwrap();
-        let mut model = TierModel::new(0, 64 * MIB, Tier::Slow, GIB);
+        let mut model = TierModel::new(0, GIB, Tier::Slow, GIB);
         let mut s = Vec::new();
         // Per interval, superpage 1: 16 pages × 4 reads; superpage 2: 16 pages × 1 write.
         // Per byte the reads are worth more, so only the priority puts the writes first.

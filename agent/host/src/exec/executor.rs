@@ -233,9 +233,11 @@ impl ExecReport {
         total
     }
 
-    fn add(&mut self, other: &Self) {
+    /// Adds `other`, a later execution's report, to this one.
+    pub fn add(&mut self, other: &Self) {
         self.promote.add(&other.promote);
         self.demote.add(&other.demote);
+        self.aborted = self.aborted.or(other.aborted);
         self.splits += other.splits;
         for (reason, count) in &other.split_fallbacks {
             *self.split_fallbacks.entry(reason).or_insert(0) += count;

@@ -125,13 +125,57 @@ pub struct Selection {
     pub exclude: Exclude,
 }
 
+/// A process's names and cgroup: what selection and `[[targets.limits]]` match it by.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProcessIdentity {
+    /// The command name (`comm`).
+    pub comm: String,
+    /// The basename of `argv[0]`.
+    pub argv0: Option<String>,
+    /// cgroup v2 path relative to the root, from `0::/path`; `None` on a cgroup v1 host.
+    pub cgroup: Option<PathBuf>,
+}
+
+impl ProcessIdentity {
+    /// Reads `pid`'s identity under `root`.
+    pub fn read(root: &HostRoot, pid: u32) -> Result<Self, TargetError> {
+        read_candidate(root, pid).map(|candidate| candidate.identity)
+    }
+
+    /// Whether `comm` or the basename of `argv[0]` matches `pattern`.
+    #[must_use]
+    pub fn name_matches(&self, pattern: &NamePattern) -> bool {
+        pattern.matches(&self.comm) || self.argv0.as_deref().is_some_and(|a| pattern.matches(a))
+    }
+
+    /// Whether the process is in `cgroup` (relative to the cgroup v2 root) or below it.
+    #[must_use]
+    pub fn in_cgroup(&self, cgroup: &Path) -> bool {
+        self.cgroup
+            .as_deref()
+            .is_some_and(|c| c.starts_with(relative_to_cgroup_v2_root(cgroup)))
+    }
+
+    /// Whether the process runs in the Kubernetes pod with UID `uid`: a component of its
+    /// cgroup is the pod's cgroup, as [`pod_cgroup`] names it.
+    #[must_use]
+    pub fn in_pod(&self, uid: &str) -> bool {
+        let plain = format!("pod{uid}");
+        let systemd = format!("pod{}.slice", uid.replace('-', "_"));
+        self.cgroup.as_deref().is_some_and(|cgroup| {
+            cgroup.components().any(|part| {
+                let part = part.as_os_str().to_string_lossy();
+                part == plain.as_str() || part.ends_with(&systemd)
+            })
+        })
+    }
+}
+
 /// What selection knows about one candidate process.
 #[derive(Clone, Debug)]
 struct Candidate {
     stat: ProcStat,
-    argv0: Option<String>,
-    /// cgroup v2 path relative to the root, from `0::/path`.
-    cgroup: Option<PathBuf>,
+    identity: ProcessIdentity,
 }
 
 fn read_candidate(root: &HostRoot, pid: u32) -> Result<Candidate, TargetError> {
@@ -154,23 +198,13 @@ fn read_candidate(root: &HostRoot, pid: u32) -> Result<Candidate, TargetError> {
                 .map(|p| PathBuf::from(p.trim_start_matches('/')))
         });
     Ok(Candidate {
+        identity: ProcessIdentity {
+            comm: stat.comm.clone(),
+            argv0,
+            cgroup,
+        },
         stat,
-        argv0,
-        cgroup,
     })
-}
-
-impl Candidate {
-    fn name_matches(&self, pattern: &NamePattern) -> bool {
-        pattern.matches(&self.stat.comm)
-            || self.argv0.as_deref().is_some_and(|a| pattern.matches(a))
-    }
-
-    fn in_cgroup(&self, cgroup: &Path) -> bool {
-        self.cgroup
-            .as_deref()
-            .is_some_and(|c| c.starts_with(cgroup))
-    }
 }
 
 /// The pids under `/proc`, ascending.
@@ -337,7 +371,7 @@ impl Selection {
                     continue;
                 }
                 if let Ok(c) = read_candidate(root, pid)
-                    && by_name.iter().any(|p| c.name_matches(p))
+                    && by_name.iter().any(|p| c.identity.name_matches(p))
                 {
                     wanted.insert(pid);
                 }
@@ -359,15 +393,23 @@ impl Selection {
                 Err(e) => return Err(e),
             };
             if candidate.stat.is_kernel_thread()
-                || self.exclude.names.iter().any(|p| candidate.name_matches(p))
-                || self.exclude.cgroups.iter().any(|c| candidate.in_cgroup(c))
+                || self
+                    .exclude
+                    .names
+                    .iter()
+                    .any(|p| candidate.identity.name_matches(p))
+                || self
+                    .exclude
+                    .cgroups
+                    .iter()
+                    .any(|c| candidate.identity.in_cgroup(c))
             {
                 continue;
             }
             // It may be in an excluded cgroup only we cannot tell (a cgroup v1 host:
             // /proc/PID/cgroup has no `0::` line): not managed, rather than managed against
             // the exclusion.
-            if !self.exclude.cgroups.is_empty() && candidate.cgroup.is_none() {
+            if !self.exclude.cgroups.is_empty() && candidate.identity.cgroup.is_none() {
                 unknown_cgroup.push(pid);
                 continue;
             }

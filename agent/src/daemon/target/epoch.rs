@@ -9,7 +9,7 @@ use std::{
 
 use memtide_core::{
     engine::EngineStats,
-    policy::{CapacityView, Plan},
+    policy::{CapacityView, FastShare, Plan},
     units::Direction,
 };
 use memtide_host::{
@@ -160,6 +160,9 @@ impl State {
             (placement, before, queried_at)
         };
         let managed = self.managed(executed.as_ref());
+        if executed.is_some() {
+            self.spec.shares.held(self.spec.pid, managed[0].1);
+        }
         self.placement = Some((queried_at, placement));
         EpochOutcome::Planned(Box::new(Planned {
             before,
@@ -189,6 +192,7 @@ impl State {
             would_promote = plan.would_promote_bytes,
             would_demote = plan.would_demote_bytes,
             room = plan.promote_room,
+            share = ?self.share.bytes,
             budget = plan.promote_budget,
             granularity = plan.granularity.bytes(),
             threshold_ns = plan.benefit_threshold_ns,
@@ -306,12 +310,13 @@ impl State {
             self.spec.exec.reserve_bytes,
         );
         [capacity.fast, capacity.slow] = self.spec.costs;
+        capacity.share = self.fast_share(&capacity);
         let observing = self.observing() || self.spec.nodes.is_none();
         if !observing {
             // Migrating (again): what is real is what counts.
             self.assumed.ranges.clear();
         }
-        if observing && !self.assumed.ranges.is_empty() {
+        let plan = if observing && !self.assumed.ranges.is_empty() {
             let view = AssumedView {
                 real: placement,
                 assumed: &self.assumed,
@@ -319,7 +324,32 @@ impl State {
             self.tiering.plan(now, &view, &capacity)
         } else {
             self.tiering.plan(now, placement, &capacity)
-        }
+        };
+        self.last_would_promote = plan.would_promote_bytes;
+        plan
+    }
+
+    /// The target's share of the fast tier (`shares`): its limit, or its fair share while the
+    /// targets want more of the fast tier than they can have. What it holds is numa_maps' last
+    /// reading, moved by what memtide moved since.
+    fn fast_share(&mut self, capacity: &CapacityView) -> Option<FastShare> {
+        let held = self
+            .resident
+            .as_ref()
+            .map_or(0, |resident| resident.bytes[0]);
+        let limit = self
+            .limit()
+            .map(|limit| limit.amount.bytes(capacity.fast_total_bytes));
+        let room = self.spec.tiering.policy.capacity.promote_room(capacity);
+        let want = held.saturating_add(self.last_would_promote);
+        self.share = self
+            .spec
+            .shares
+            .share(self.spec.pid, limit, held, want, room);
+        self.share.bytes.map(|limit_bytes| FastShare {
+            limit_bytes,
+            held_bytes: held,
+        })
     }
 
     /// Observe mode: from now on the plans assume the plan's moves were made.
@@ -337,9 +367,47 @@ impl State {
         let requests = requests_from_plan(plan, nodes);
         let mut backend =
             KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
-        self.executor
-            .execute(&mut backend, &requests, Instant::now())
-            .map_err(|e| e.to_string())
+        let Some(share) = self.share.bytes else {
+            return self
+                .executor
+                .execute(&mut backend, &requests, Instant::now())
+                .map_err(|e| e.to_string());
+        };
+        // A bounded target's swaps promote only what their demotions really freed: a victim
+        // that cannot move (a library page other processes map too) must not let the target
+        // past its share.
+        let (demotions, promotions): (Vec<_>, Vec<_>) = requests
+            .into_iter()
+            .partition(|request| request.direction == Direction::Demote);
+        let mut report = self
+            .executor
+            .execute(&mut backend, &demotions, Instant::now())
+            .map_err(|e| e.to_string())?;
+        if report.aborted.is_some() {
+            return Ok(report);
+        }
+        let held = self
+            .resident
+            .as_ref()
+            .map_or(0, |resident| resident.bytes[0]);
+        let demoted = report.demote.pages_moved * memtide_core::units::PAGE_SIZE;
+        let mut room = share.saturating_sub(held.saturating_sub(demoted));
+        let affordable: Vec<_> = promotions
+            .into_iter()
+            .filter(|request| {
+                let fits = request.len <= room;
+                room -= if fits { request.len } else { 0 };
+                fits
+            })
+            .collect();
+        if !affordable.is_empty() {
+            let promoted = self
+                .executor
+                .execute(&mut backend, &affordable, Instant::now())
+                .map_err(|e| e.to_string())?;
+            report.add(&promoted);
+        }
+        Ok(report)
     }
 }
 
@@ -376,6 +444,7 @@ pub(super) fn capacity_from(
         slow_free_bytes: sum(slow, true),
         fast: memtide_core::policy::TierCost::default(),
         slow: memtide_core::policy::TierCost::default(),
+        share: None,
     }
 }
 

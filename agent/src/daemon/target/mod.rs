@@ -16,6 +16,7 @@ mod observe;
 mod query;
 mod report;
 mod resident;
+mod shares;
 #[cfg(test)]
 mod tests;
 mod views;
@@ -33,12 +34,12 @@ use memtide_host::{
 };
 use tokio::sync::mpsc;
 
-pub use self::machine::SharedMachine;
 use self::{
     epoch::EpochOutcome,
     observe::Assumed,
     views::{EpochInput, MAX_SAMPLED_PAGES},
 };
+pub use self::{machine::SharedMachine, shares::FastShares};
 use super::status::{AgentStatus, TargetStatus};
 use crate::{
     metrics::{CounterF64, Metrics},
@@ -47,6 +48,9 @@ use crate::{
 
 /// Why the agent only observes (`Some`), read by every target at each epoch.
 pub type ObserveSwitch = Arc<RwLock<Option<String>>>;
+
+/// A target's limit, shared by its task and the agent, which sets it again at each reload.
+pub type LimitSwitch = Arc<RwLock<Option<AppliedLimit>>>;
 
 /// Everything a target task needs to start.
 #[derive(Debug, Clone)]
@@ -67,7 +71,26 @@ pub struct TargetSpec {
     pub costs: [memtide_core::policy::TierCost; 2],
     /// The nodes' sizes, free memory and watermarks, read once for all targets.
     pub machine: Arc<SharedMachine>,
+    /// The `[[targets.limits]]` table that matched the target, if one did; a reload changes
+    /// it under the running task.
+    pub limit: LimitSwitch,
+    /// The fast tier's division between all targets.
+    pub shares: Arc<FastShares>,
     pub root: HostRoot,
+}
+
+/// A `[[targets.limits]]` table as it applies to one target.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AppliedLimit {
+    /// What the table matches (`cgroup tenants/a`), for logs and status.
+    pub matched: String,
+    pub amount: memtide_config::LimitAmount,
+}
+
+impl std::fmt::Display for AppliedLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.matched, self.amount)
+    }
 }
 
 /// The state moved between the async loop and the blocking epoch step.
@@ -92,6 +115,11 @@ struct State {
     last_plan_moved: bool,
     /// Plans in a row that saw no samples and moved nothing.
     quiet_plans: u32,
+    /// What the last plan would have promoted with room for all of it: with what the target
+    /// holds, its want of the fast tier.
+    last_would_promote: u64,
+    /// The share of the fast tier the last plan was made with.
+    share: shares::Share,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
@@ -107,6 +135,14 @@ impl State {
             Ok(reason) => reason.is_some(),
             // A writer panicked mid-update: err on the side of moving nothing.
             Err(_) => true,
+        }
+    }
+
+    /// The target's limit as it stands now.
+    fn limit(&self) -> Option<AppliedLimit> {
+        match self.spec.limit.read() {
+            Ok(limit) => limit.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
@@ -148,6 +184,8 @@ pub struct TargetHandle {
     /// Where the source delivers the target's samples or regions.
     pub input: mpsc::Sender<TargetInput>,
     pub task: tokio::task::JoinHandle<()>,
+    /// The target's `[[targets.limits]]` table.
+    pub limit: LimitSwitch,
 }
 
 /// Opens the target and starts its task. `origin` is the agent's clock origin.
@@ -163,6 +201,7 @@ pub fn spawn(
     let executor = Executor::new(spec.exec.clone());
     metrics.register_target(&spec.label);
     let (input, input_rx) = mpsc::channel(queue.max(1));
+    let limit = Arc::clone(&spec.limit);
     let state = State {
         status: TargetStatus {
             target: spec.label.clone(),
@@ -181,12 +220,14 @@ pub fn spawn(
         last_plan_at: None,
         last_plan_moved: false,
         quiet_plans: 0,
+        last_would_promote: 0,
+        share: shares::Share::default(),
         untracked_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),
     };
     let task = tokio::spawn(run(state, input_rx, origin, metrics, status));
-    Ok(TargetHandle { input, task })
+    Ok(TargetHandle { input, task, limit })
 }
 
 fn publish(status: &RwLock<AgentStatus>, target: &TargetStatus) {
@@ -277,6 +318,7 @@ async fn run(
         }
     }
     unpublish(&status, pid);
+    state.spec.shares.leave(pid);
     // Gauges of a gone process would otherwise report its last values forever; counters stay
     // (their totals remain true).
     metrics.forget_target(&state.spec.label);

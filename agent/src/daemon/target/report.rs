@@ -113,6 +113,33 @@ impl State {
         self.status.granularity_bytes = planned.granularity_bytes;
         self.status.epoch_seconds = epoch_seconds;
         self.status.engine_memory_bytes = planned.stats.memory_bytes;
+        self.report_share(metrics);
+    }
+
+    /// The share of the fast tier the plan was made with, while one bounds the target.
+    fn report_share(&mut self, metrics: &Metrics) {
+        let label = TargetLabel {
+            target: self.spec.label.clone(),
+        };
+        self.status.fast_share_bytes = self.share.bytes;
+        self.status.fast_share_reason = match (self.share.bytes, self.limit()) {
+            (None, _) => None,
+            (Some(_), Some(limit)) if !self.share.fair => {
+                Some(format!("limit ({})", limit.matched))
+            }
+            (Some(_), _) => Some("fair share".to_owned()),
+        };
+        match self.share.bytes {
+            Some(bytes) => {
+                metrics
+                    .fast_share_bytes
+                    .get_or_create(&label)
+                    .set(i64::try_from(bytes).unwrap_or(i64::MAX));
+            }
+            None => {
+                metrics.fast_share_bytes.remove(&label);
+            }
+        }
     }
 
     /// Observe mode: what the plan would have moved, had migration been on (the bytes that

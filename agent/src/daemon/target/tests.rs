@@ -422,6 +422,8 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
         nodes: None,
         costs: Default::default(),
         machine: Arc::new(SharedMachine::default()),
+        limit: Arc::default(),
+        shares: Arc::default(),
         root: HostRoot::default(),
     };
     let status = Arc::new(RwLock::new(AgentStatus::default()));

@@ -44,10 +44,11 @@ impl Planner {
         let interval = engine.interval();
         let reuse = hot.reuse();
         let reuse_median = reuse.median().map(|g| interval * g);
-        // The fast tier's reach: the superpages touched within it would fill the fast tier. A
+        // The fast tier's reach: the superpages touched within it would fill the fast tier (the
+        // target's share of it, when it has one). A
         // reuse after longer than that finds its data evicted whatever the epoch (a cyclic sweep
         // larger than the tier; a window that returns after the others), so it sets no floor.
-        let reach = ages.reached_by((cap.fast_total_bytes / SUPERPAGE_SIZE).max(1));
+        let reach = ages.reached_by((cap.fast_reach_bytes() / SUPERPAGE_SIZE).max(1));
         let bridgeable = reach.map_or(reuse_median, |r| {
             reuse.median_within(r).map(|g| interval * g)
         });
