@@ -51,7 +51,7 @@ run_suite() {
     # Through a pipe: virtme-ng reopens its stdout, which truncates it when it is a file (a CI
     # log), wiping everything printed before the VM started.
     set +e
-    vm/run.sh --console-log target/vm/console.log -- vm/guest.sh "${binaries[@]}" -- "$@" \
+    vm/run.sh "${layout_args[@]}" --console-log target/vm/console.log -- vm/guest.sh "${suite_binaries[@]}" -- "$@" \
         </dev/null 2>&1 | cat
     status=${PIPESTATUS[0]}
     set -e
@@ -82,17 +82,57 @@ run_suite() {
         "$boot" $((elapsed_ms / 1000)) $((elapsed_ms % 1000)) "$status"
 }
 
-run_suite "$@"
-# 255 is virtme-ng's "the guest ended without reporting a status": the emulated machine died.
-# The deaths seen (at boot, and mid-suite in CI) were "Oops: int3" from multi-threaded TCG
-# running stale kernel text (see vm/run.sh), which single-threaded TCG, the default now, avoids.
-# A failing test exits 1 and is never retried; a dead guest gets one more boot, and says so.
-if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
-    echo "vm-test: the guest died without reporting a result (exit status 255); booting it once more" >&2
-    mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true
-    mv target/vm/memory.log target/vm/memory-dead-guest.log 2>/dev/null || true
-    mv target/vm/progress.log target/vm/progress-dead-guest.log 2>/dev/null || true
-    mv target/vm/console.log target/vm/console-dead-guest.log 2>/dev/null || true
+# Runs the suite, and boots it once more if the guest died (below).
+run_suite_once_more_if_dead() {
     run_suite "$@"
+    # 255 is virtme-ng's "the guest ended without reporting a status": the emulated machine died.
+    # The deaths seen (at boot, and mid-suite in CI) were "Oops: int3" from multi-threaded TCG
+    # running stale kernel text (see vm/run.sh), which single-threaded TCG, the default now, avoids.
+    # A failing test exits 1 and is never retried; a dead guest gets one more boot, and says so.
+    if [ "$status" -eq 255 ] && [ "${MEMTIDE_VM_RETRY_DEAD_GUEST:-1}" = 1 ]; then
+        echo "vm-test: the guest died without reporting a result (exit status 255); booting it once more" >&2
+        mv target/vm/kmsg.log target/vm/kmsg-dead-guest.log 2>/dev/null || true
+        mv target/vm/memory.log target/vm/memory-dead-guest.log 2>/dev/null || true
+        mv target/vm/progress.log target/vm/progress-dead-guest.log 2>/dev/null || true
+        mv target/vm/console.log target/vm/console-dead-guest.log 2>/dev/null || true
+        run_suite "$@"
+    fi
+}
+
+# The two-node machine: every test binary, with the extra arguments.
+layout_args=()
+suite_binaries=("${binaries[@]}")
+run_suite_once_more_if_dead "$@"
+two_node_status=$status
+
+# The two-socket machine (vm/run.sh --layout two-socket: four nodes) for the tests that need
+# it, `vm::sockets` of the `vm` binary, unless a name filter among the extra arguments leaves
+# them out. They know the layout from MEMTIDE_VM_LAYOUT, and skip with a message elsewhere.
+filters=()
+options=()
+for arg in "$@"; do
+    case "$arg" in
+    -*) options+=("$arg") ;;
+    *) filters+=("$arg") ;;
+    esac
+done
+sockets_test=vm::sockets::each_sockets_hot_set_lands_in_its_own_dram
+wanted=$((${#filters[@]} == 0))
+for filter in "${filters[@]}"; do
+    # A filter selects the tests whose name contains it.
+    [[ "$sockets_test" == *"$filter"* ]] && wanted=1
+done
+if [ "$wanted" = 1 ]; then
+    cp target/vm/guest-env target/vm/guest-env.two-node
+    echo "export MEMTIDE_VM_LAYOUT=two-socket" >>target/vm/guest-env
+    layout_args=(--layout two-socket --memory-per-node 512)
+    suite_binaries=()
+    for binary in "${binaries[@]}"; do
+        [[ "$(basename "$binary")" == vm-* ]] && suite_binaries+=("$binary")
+    done
+    echo "vm-test: booting the two-socket machine for vm::sockets"
+    run_suite_once_more_if_dead "${options[@]}" vm::sockets::
+    mv target/vm/guest-env.two-node target/vm/guest-env
 fi
+[ "$two_node_status" -ne 0 ] && exit "$two_node_status"
 exit "$status"

@@ -7,7 +7,8 @@
 //! (5), `sources` (7) and `compare` (8); `exec` holds the executor benchmark; `faults`
 //! turns memtide's kdamond off from outside; `hints` shows a range marked with the hint library
 //! left where the application put it; `tenancy` holds a limited tenant to its share of the
-//! fast tier while another gets the rest.
+//! fast tier while another gets the rest; `sockets` runs in the two-socket layout vm/test.sh
+//! boots after the rest, and shows each socket's hot set promoted into its own DRAM.
 mod support;
 mod vm {
     pub(crate) mod churn;
@@ -22,6 +23,7 @@ mod vm {
     pub(crate) mod pressure;
     pub(crate) mod promotion;
     pub(crate) mod smoke;
+    pub(crate) mod sockets;
     pub(crate) mod sources;
     pub(crate) mod tenancy;
     pub(crate) mod tiering;

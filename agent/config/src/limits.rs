@@ -133,11 +133,7 @@ impl TargetLimit {
             ));
         }
         match (self.fast_bytes, self.fast_percent) {
-            (Some(0), None) => problem(
-                "fast_bytes must be at least 1; to keep a target off the fast tier entirely, \
-                 leave it out of [targets]"
-                    .to_owned(),
-            ),
+            (Some(0), None) => problem("fast_bytes must be at least 1".to_owned()),
             (None, Some(percent)) if !(percent > 0.0 && percent <= 100.0) => {
                 problem(format!("fast_percent {percent} must be in (0, 100]"));
             }

@@ -20,6 +20,7 @@ use memtide_host::{
     targets::select::{Selection, TargetSet},
     topology::{
         costs::{self, LocalLatency, NodeCost},
+        locality::Locality,
         tiering::{HotplugWatch, TierOverride, TieredTopology},
     },
 };
@@ -158,6 +159,9 @@ impl Agent {
                 tier_cost(nodes.map(|n| n.fast)),
                 tier_cost(nodes.map(|n| n.slow)),
             ],
+            locality: nodes
+                .and_then(|nodes| Locality::new(&self.tiered, nodes))
+                .map(Arc::new),
             nodes,
             root: self.root.clone(),
             machine: Arc::clone(&self.machine),
@@ -305,9 +309,10 @@ impl Agent {
     /// ones stop being.
     fn resolve_selection(&mut self) {
         let with_pods;
+        let mut pods_changed = false;
         let selection = match self.pods.as_mut() {
             Some(pods) => {
-                pods.update(&self.metrics);
+                pods_changed = pods.update(&self.metrics);
                 with_pods = pods.selection(&self.selection);
                 &with_pods
             }
@@ -328,6 +333,10 @@ impl Agent {
         }
         for pid in changes.removed {
             self.remove_target(pid);
+        }
+        // A pod's labels may have changed: its `pod_label` limits with them.
+        if pods_changed && !self.config.targets.limits.is_empty() {
+            self.update_limits();
         }
         for pid in changes.added {
             self.add_target(pid);

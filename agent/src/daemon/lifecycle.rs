@@ -180,6 +180,14 @@ async fn prepare(
     // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
     coexist::check(&root, config.agent.on_conflict)?;
     let pods = pod_watch(&config)?;
+    if pods.is_none()
+        && let Some(limit) = config.targets.limits.iter().find(|l| l.pod_label.is_some())
+    {
+        tracing::warn!(
+            limit = %limit.describe(),
+            "a [[targets.limits]] table names a pod label, but no pods are listed: it matches nothing until [targets] pod_selector (or MEMTIDE_POD_SELECTOR) is set"
+        );
+    }
     let observe_reason = observe_reason(&config, &tiered);
     if let Some(reason) = &observe_reason {
         tracing::warn!("not migrating: {reason}");

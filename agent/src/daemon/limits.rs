@@ -112,5 +112,11 @@ mod tests {
             Some("name *".to_owned())
         );
         assert_eq!(matching(&limits[..3], &process("postgres", "x"), &[]), None);
+        // A cgroup written from the root, or under the mount, matches the same.
+        for cgroup in ["/tenants/a", "/sys/fs/cgroup/tenants/a"] {
+            let rooted = [limit(&format!("cgroup = \"{cgroup}\"\nfast_bytes = 1"))];
+            let found = matching(&rooted, &process("db", "tenants/a/x"), &[]);
+            assert!(found.is_some(), "{cgroup}");
+        }
     }
 }

@@ -108,6 +108,17 @@ impl Workload {
         Self::spawn_command(command)
     }
 
+    /// Like [`Workload::spawn`], with every thread pinned to `cpu` (`taskset`, which execs the
+    /// workload: the pid is the workload's).
+    pub(crate) fn spawn_pinned(cpu: u32, args: &[&str]) -> Self {
+        let mut command = Command::new("taskset");
+        command
+            .args(["-c", &cpu.to_string()])
+            .arg(env!("CARGO_BIN_EXE_memtide-workload"))
+            .args(args);
+        Self::spawn_command(command)
+    }
+
     /// Like [`Workload::spawn`], run as user and group `nobody` (65534): a process of
     /// another user, whose `/proc/PID/{maps,numa_maps}` and pages only a ptrace-capable agent
     /// may read.

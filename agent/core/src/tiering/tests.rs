@@ -290,7 +290,7 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
     c.policy.capacity.promote_bytes_per_s = 16 * PAGE_SIZE;
     let run = |c: TieringConfig| {
         let mut e = Tiering::new(c).unwrap();
-        let mut model = TierModel::new(0, GIB, Tier::Slow, GIB);
+        let mut model = TierModel::new(0, 64 * MIB, Tier::Slow, GIB);
         let mut s = Vec::new();
         // Per interval, superpage 1: 16 pages × 4 reads; superpage 2: 16 pages × 1 write.
         // Per byte the reads are worth more, so only the priority puts the writes first.

@@ -332,6 +332,18 @@ impl Executor {
         self.retry.remove(&pid);
     }
 
+    /// Drops `pid`'s pages waiting for a retry in `direction`; returns how many there were. A
+    /// target bounded by a share of the fast tier drops its queued promotions: the next plan
+    /// asks for them again if they are still worth it, within the room the share leaves.
+    pub fn drop_retries(&mut self, pid: u32, direction: Direction) -> usize {
+        let Some(work) = self.retry.get_mut(&pid) else {
+            return 0;
+        };
+        let before = work.len();
+        work.retain(|page| page.direction != direction);
+        before - work.len()
+    }
+
     /// Executes `requests` against one target. A target exit is not an error: the report says
     /// `aborted`. Errors are for the call as a whole (no such node, no permission).
     pub fn execute(

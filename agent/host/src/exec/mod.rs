@@ -22,7 +22,7 @@ pub use self::executor::{
     AbortReason, Backend, DirectionReport, ExecConfig, ExecReport, Executor, MoveRequest,
 };
 // The only dependency on `policy` (drop this line and `mod plan;` to build without it).
-pub use self::plan::{TierNodes, requests_from_plan};
+pub use self::plan::{TierNodes, requests_by_node, requests_from_plan};
 use crate::{
     sys::mempolicy::{self, PageStatus, Pid, RemoteAdvice},
     sysfs::{HostRoot, SysfsError},

@@ -4,7 +4,7 @@
 
 use memtide_core::{
     policy::{PlacementView, Plan, PlannedMove},
-    units::{Direction, Residency, SUBPAGES, Tier},
+    units::{Direction, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier},
 };
 
 use super::executor::MoveRequest;
@@ -45,6 +45,45 @@ pub fn requests_from_plan(plan: &Plan, nodes: TierNodes) -> Vec<MoveRequest> {
         .collect()
 }
 
+/// Every move of `plan` as requests, each 2 MiB superpage of a move sent to the node
+/// `choose(superpage start, bytes of the move in it, direction)` names; neighbouring pieces
+/// bound for the same node stay one request.
+#[must_use]
+pub fn requests_by_node(
+    plan: &Plan,
+    mut choose: impl FnMut(u64, u64, Direction) -> u32,
+) -> Vec<MoveRequest> {
+    let mut requests: Vec<MoveRequest> = Vec::with_capacity(plan.moves.len());
+    for planned in &plan.moves {
+        let end = planned.start + planned.len;
+        let mut at = planned.start;
+        while at < end {
+            let superpage = at & !(SUPERPAGE_SIZE - 1);
+            let piece_end = (superpage + SUPERPAGE_SIZE).min(end);
+            let to_node = choose(superpage, piece_end - at, planned.direction);
+            match requests.last_mut() {
+                Some(last)
+                    if last.start + last.len == at
+                        && last.to_node == to_node
+                        && last.direction == planned.direction
+                        && last.granularity == planned.granularity.bytes() =>
+                {
+                    last.len += piece_end - at;
+                }
+                _ => requests.push(MoveRequest {
+                    start: at,
+                    len: piece_end - at,
+                    to_node,
+                    granularity: planned.granularity.bytes(),
+                    direction: planned.direction,
+                }),
+            }
+            at = piece_end;
+        }
+    }
+    requests
+}
+
 impl PlacementView for TierPlacement {
     fn tier_of(&self, page: u64) -> Option<Tier> {
         self.is_fast(page)
@@ -73,6 +112,44 @@ mod tests {
     use crate::sys::mempolicy::PageStatus;
     use memtide_core::policy::MoveReason;
     use memtide_core::units::Granularity;
+
+    #[test]
+    fn each_superpage_of_a_move_goes_to_the_node_chosen_for_it() {
+        const SP: u64 = SUPERPAGE_SIZE;
+        let plan = Plan {
+            moves: vec![PlannedMove {
+                // Half a superpage, then three whole ones.
+                start: SP / 2,
+                len: 3 * SP + SP / 2,
+                direction: Direction::Promote,
+                granularity: Granularity::KIB_4,
+                reason: MoveReason::Hot,
+                expected_benefit: 1.0,
+            }],
+            ..Plan::default()
+        };
+        let mut asked = Vec::new();
+        // Superpages 0 and 1 are accessed from socket 0, 2 and 3 from socket 1.
+        let requests = requests_by_node(&plan, |superpage, bytes, direction| {
+            asked.push((superpage / SP, bytes, direction));
+            u32::from(superpage >= 2 * SP)
+        });
+        assert_eq!(
+            asked,
+            [
+                (0, SP / 2, Direction::Promote),
+                (1, SP, Direction::Promote),
+                (2, SP, Direction::Promote),
+                (3, SP, Direction::Promote),
+            ]
+        );
+        let spans: Vec<(u64, u64, u32)> = requests
+            .iter()
+            .map(|r| (r.start, r.len, r.to_node))
+            .collect();
+        assert_eq!(spans, [(SP / 2, SP + SP / 2, 0), (2 * SP, 2 * SP, 1)]);
+        assert!(requests.iter().all(|r| r.granularity == 4096));
+    }
 
     #[test]
     fn planned_moves_become_requests() {

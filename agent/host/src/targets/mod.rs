@@ -92,6 +92,8 @@ pub struct ProcStat {
     pub flags: u64,
     /// Start time in clock ticks after boot: with the pid, identifies a process instance.
     pub start_time: u64,
+    /// The CPU the task last ran on.
+    pub processor: Option<u32>,
 }
 
 impl ProcStat {
@@ -116,6 +118,7 @@ impl ProcStat {
             ppid: field(1)?.parse().map_err(|_| bad())?,
             flags: field(6)?.parse().map_err(|_| bad())?,
             start_time: field(19)?.parse().map_err(|_| bad())?,
+            processor: fields.get(36).and_then(|cpu| cpu.parse().ok()),
         })
     }
 
@@ -255,6 +258,25 @@ impl Target {
         self.read_proc("smaps", smaps::parse)
     }
 
+    /// The CPUs the process's threads last ran on, one per thread (`/proc/PID/task/*/stat`):
+    /// where its accesses come from when no sample says.
+    pub fn thread_cpus(&self) -> Result<Vec<u32>, TargetError> {
+        self.with_pid(|pid| {
+            let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+            let names = sysfs::dir_names(&tasks)
+                .map_err(|e| read_error(pid, e))?
+                .unwrap_or_default();
+            Ok(names
+                .iter()
+                .filter_map(|tid| {
+                    let path = tasks.join(tid).join("stat");
+                    let text = std::fs::read_to_string(&path).ok()?;
+                    ProcStat::parse(&path, &text).ok()?.processor
+                })
+                .collect())
+        })
+    }
+
     /// Bytes the process has locked in memory (`VmLck` of `/proc/PID/status`): whether its
     /// smaps, a page-table walk, is worth reading for the `lo` flag.
     pub fn locked_bytes(&self) -> Result<u64, TargetError> {
@@ -287,7 +309,25 @@ mod tests {
         assert_eq!((stat.state, stat.ppid), ('S', 1));
         assert_eq!(stat.flags, 4_194_560);
         assert_eq!(stat.start_time, 98_765);
+        assert_eq!(stat.processor, None, "a short line has no processor field");
         assert!(!stat.is_kernel_thread());
+    }
+
+    #[test]
+    fn stat_names_the_cpu_the_task_last_ran_on() {
+        // A whole line of Linux 6.x: processor is the 39th field.
+        let text = "4242 (worker) R 1 4242 4242 0 -1 4194304 120 0 0 0 3 1 0 0 20 0 2 0 9876 \
+                    12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 3 0 0 0 0 0";
+        let stat = ProcStat::parse(Path::new("stat"), text).unwrap();
+        assert_eq!(stat.processor, Some(3));
+        let mut child = std::process::Command::new("sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let cpus = Target::open(child.id()).unwrap().thread_cpus();
+        let _ = child.kill();
+        let _ = child.wait();
+        assert_eq!(cpus.unwrap().len(), 1, "sleep has one thread");
     }
 
     #[test]

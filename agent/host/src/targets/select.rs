@@ -151,9 +151,11 @@ impl ProcessIdentity {
     /// Whether the process is in `cgroup` (relative to the cgroup v2 root) or below it.
     #[must_use]
     pub fn in_cgroup(&self, cgroup: &Path) -> bool {
+        let wanted = relative_to_cgroup_v2_root(cgroup);
+        let wanted = wanted.strip_prefix("/").unwrap_or(wanted);
         self.cgroup
             .as_deref()
-            .is_some_and(|c| c.starts_with(relative_to_cgroup_v2_root(cgroup)))
+            .is_some_and(|c| c.starts_with(wanted))
     }
 
     /// Whether the process runs in the Kubernetes pod with UID `uid`: a component of its

@@ -17,6 +17,7 @@ use serde::Serialize;
 use crate::sysfs::{self, HostRoot, SysfsError};
 
 pub mod costs;
+pub mod locality;
 pub mod tiering;
 
 const NODE_DIR: &str = "sys/devices/system/node";

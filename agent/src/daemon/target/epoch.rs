@@ -10,16 +10,17 @@ use std::{
 use memtide_core::{
     engine::EngineStats,
     policy::{CapacityView, FastShare, Plan},
-    units::Direction,
+    units::{Direction, PAGE_SIZE},
 };
 use memtide_host::{
-    exec::{ExecReport, KernelBackend, TierNodes, requests_from_plan},
+    exec::{ExecReport, KernelBackend, MoveRequest, TierNodes, requests_from_plan},
     targets::{Target, TargetError, placement::TierPlacement},
     topology::Topology,
 };
 
 use super::{
     State,
+    homes::busiest_node,
     observe::AssumedView,
     query::{self, Mappings, QUERY_BUDGET_PAGES},
     resident::Resident,
@@ -138,6 +139,7 @@ impl State {
                 Err(error) => self.remember_error(error),
             }
         }
+        self.homes.age();
         self.last_plan_at = Some(now);
         self.last_plan_moved = !plan.moves.is_empty();
         self.quiet_plans = match input.is_empty() && !self.last_plan_moved {
@@ -160,7 +162,8 @@ impl State {
             (placement, before, queried_at)
         };
         let managed = self.managed(executed.as_ref());
-        if executed.is_some() {
+        if moved {
+            self.spec.machine.expire();
             self.spec.shares.held(self.spec.pid, managed[0].1);
         }
         self.placement = Some((queried_at, placement));
@@ -315,6 +318,7 @@ impl State {
         if !observing {
             // Migrating (again): what is real is what counts.
             self.assumed.ranges.clear();
+            self.assumed.net_promoted_bytes = 0;
         }
         let plan = if observing && !self.assumed.ranges.is_empty() {
             let view = AssumedView {
@@ -333,10 +337,12 @@ impl State {
     /// targets want more of the fast tier than they can have. What it holds is numa_maps' last
     /// reading, moved by what memtide moved since.
     fn fast_share(&mut self, capacity: &CapacityView) -> Option<FastShare> {
-        let held = self
+        let real = self
             .resident
             .as_ref()
             .map_or(0, |resident| resident.bytes[0]);
+        // Observe mode plans against the moves it assumed: so does the share.
+        let held = real.saturating_add_signed(self.assumed.net_promoted_bytes);
         let limit = self
             .limit()
             .map(|limit| limit.amount.bytes(capacity.fast_total_bytes));
@@ -354,6 +360,9 @@ impl State {
 
     /// Observe mode: from now on the plans assume the plan's moves were made.
     fn assume(&mut self, plan: &Plan) {
+        let net = i64::try_from(plan.promote_bytes).unwrap_or(i64::MAX)
+            - i64::try_from(plan.demote_bytes).unwrap_or(i64::MAX);
+        self.assumed.net_promoted_bytes = self.assumed.net_promoted_bytes.saturating_add(net);
         for planned in &plan.moves {
             self.assumed.record(
                 planned.start,
@@ -363,8 +372,39 @@ impl State {
         }
     }
 
+    /// The plan's moves as requests for concrete nodes: with more than one node per tier,
+    /// each superpage's to the nodes near the CPUs that access it (`homes`).
+    fn requests(&self, plan: &Plan, nodes: TierNodes) -> Vec<MoveRequest> {
+        let Some(locality) = &self.spec.locality else {
+            return requests_from_plan(plan, nodes);
+        };
+        let fallback = self
+            .target
+            .thread_cpus()
+            .ok()
+            .and_then(|cpus| busiest_node(&cpus, locality));
+        let machine = self.spec.machine.read(&self.spec.root);
+        let slow_room = self
+            .spec
+            .slow_nodes
+            .iter()
+            .map(|&id| {
+                let room = capacity_from(
+                    machine.topology.as_ref(),
+                    &machine.watermarks,
+                    &[],
+                    &[id],
+                    self.spec.exec.reserve_bytes,
+                )
+                .slow_free_bytes;
+                (id, room)
+            })
+            .collect();
+        self.homes.requests(plan, locality, fallback, slow_room)
+    }
+
     fn execute(&mut self, plan: &Plan, nodes: TierNodes) -> Result<ExecReport, String> {
-        let requests = requests_from_plan(plan, nodes);
+        let requests = self.requests(plan, nodes);
         let mut backend =
             KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
         let Some(share) = self.share.bytes else {
@@ -376,6 +416,8 @@ impl State {
         // A bounded target's swaps promote only what their demotions really freed: a victim
         // that cannot move (a library page other processes map too) must not let the target
         // past its share.
+        self.executor
+            .drop_retries(self.spec.pid, Direction::Promote);
         let (demotions, promotions): (Vec<_>, Vec<_>) = requests
             .into_iter()
             .partition(|request| request.direction == Direction::Demote);
@@ -390,16 +432,9 @@ impl State {
             .resident
             .as_ref()
             .map_or(0, |resident| resident.bytes[0]);
-        let demoted = report.demote.pages_moved * memtide_core::units::PAGE_SIZE;
-        let mut room = share.saturating_sub(held.saturating_sub(demoted));
-        let affordable: Vec<_> = promotions
-            .into_iter()
-            .filter(|request| {
-                let fits = request.len <= room;
-                room -= if fits { request.len } else { 0 };
-                fits
-            })
-            .collect();
+        let demoted = report.demote.pages_moved * PAGE_SIZE;
+        let room = share.saturating_sub(held.saturating_sub(demoted));
+        let affordable = within(promotions, room);
         if !affordable.is_empty() {
             let promoted = self
                 .executor
@@ -409,6 +444,22 @@ impl State {
         }
         Ok(report)
     }
+}
+
+/// The first of `promotions` that `room` bytes pay for, the last one cut to the room (in whole
+/// units of its granularity).
+fn within(promotions: Vec<MoveRequest>, mut room: u64) -> Vec<MoveRequest> {
+    let mut affordable = Vec::with_capacity(promotions.len());
+    for mut request in promotions {
+        let unit = request.granularity.max(PAGE_SIZE);
+        request.len = request.len.min(room / unit * unit);
+        if request.len == 0 {
+            continue;
+        }
+        room -= request.len;
+        affordable.push(request);
+    }
+    affordable
 }
 
 /// The tiers' sizes and the free memory migrations may use: on each node, what is free above

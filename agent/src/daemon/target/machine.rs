@@ -48,6 +48,16 @@ impl SharedMachine {
         }
     }
 
+    /// Makes the next [`Self::read`] read the machine afresh: pages just moved, and the fair
+    /// shares must not see them both in what a target holds and in the old free memory.
+    pub(super) fn expire(&self) {
+        let mut cached = match self.cached.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        *cached = None;
+    }
+
     /// The current snapshot, read from `root` when the last one is older than the maximum age.
     pub(super) fn read(&self, root: &HostRoot) -> MachineSnapshot {
         let mut cached = match self.cached.lock() {

@@ -11,6 +11,7 @@
 //! side never blocks, and the ingest path keeps draining while a target migrates.
 
 mod epoch;
+mod homes;
 mod machine;
 mod observe;
 mod query;
@@ -67,6 +68,8 @@ pub struct TargetSpec {
     pub slow_nodes: Vec<u32>,
     /// Where promotions and demotions go.
     pub nodes: Option<TierNodes>,
+    /// On a machine with more than one fast or slow node: which of them each move goes to.
+    pub locality: Option<Arc<memtide_host::topology::locality::Locality>>,
     /// What the fast and the slow node of `nodes` cost to access (Eq. 1, BW-AWARE).
     pub costs: [memtide_core::policy::TierCost; 2],
     /// The nodes' sizes, free memory and watermarks, read once for all targets.
@@ -120,6 +123,8 @@ struct State {
     last_would_promote: u64,
     /// The share of the fast tier the last plan was made with.
     share: shares::Share,
+    /// Where each recently sampled superpage is accessed from (with a `locality`).
+    homes: homes::Homes,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// Observe mode: where the plans so far would have put memory.
@@ -157,6 +162,13 @@ impl State {
         match input {
             TargetInput::Samples(batch) => {
                 self.status.samples += batch.len() as u64;
+                if let Some(locality) = &self.spec.locality {
+                    for record in batch.iter() {
+                        if let Some(node) = locality.node_of_cpu(record.cpu) {
+                            self.homes.record(record.addr, node);
+                        }
+                    }
+                }
                 for &sample in self.tiering.observe_records(&batch, now) {
                     epoch.keep(sample);
                 }
@@ -222,6 +234,7 @@ pub fn spawn(
         quiet_plans: 0,
         last_would_promote: 0,
         share: shares::Share::default(),
+        homes: homes::Homes::default(),
         untracked_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),
@@ -261,6 +274,8 @@ async fn run(
     status: Arc<RwLock<AgentStatus>>,
 ) {
     let pid = state.spec.pid;
+    // The state is lost if an epoch step panics; the target must still leave the shares.
+    let shares = Arc::clone(&state.spec.shares);
     let mut epoch_input = EpochInput::default();
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
@@ -304,6 +319,7 @@ async fn run(
                 let Ok((returned, outcome, mut reused)) = joined else {
                     tracing::error!(pid, "epoch step panicked; dropping the target");
                     unpublish(&status, pid);
+                    shares.leave(pid);
                     return;
                 };
                 state = returned;
@@ -318,7 +334,7 @@ async fn run(
         }
     }
     unpublish(&status, pid);
-    state.spec.shares.leave(pid);
+    shares.leave(pid);
     // Gauges of a gone process would otherwise report its last values forever; counters stay
     // (their totals remain true).
     metrics.forget_target(&state.spec.label);

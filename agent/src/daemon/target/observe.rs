@@ -19,6 +19,8 @@ use memtide_host::targets::placement::TierPlacement;
 pub(super) struct Assumed {
     /// start → (end, on the fast tier).
     pub(super) ranges: BTreeMap<u64, (u64, bool)>,
+    /// Bytes the assumed moves took to the fast tier, less those they took from it.
+    pub(super) net_promoted_bytes: i64,
 }
 
 impl Assumed {

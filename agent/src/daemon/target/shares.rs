@@ -120,8 +120,9 @@ impl FastShares {
     }
 
     /// Records what `pid` holds after its moves. The free room the next share is worked out
-    /// with already lacks what it promoted: without this the pool would too, until the
-    /// target's next plan, and every other target would be cut for it meanwhile.
+    /// with (the machine is read afresh after moves) already lacks what it promoted: without
+    /// this the pool would too, until the target's next plan, and every other target would be
+    /// cut for it meanwhile.
     pub(super) fn held(&self, pid: u32, held: u64) {
         if let Some(tenant) = self.lock().by_pid.get_mut(&pid) {
             tenant.held = held;

@@ -420,6 +420,7 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
         fast_nodes: vec![0],
         slow_nodes: Vec::new(),
         nodes: None,
+        locality: None,
         costs: Default::default(),
         machine: Arc::new(SharedMachine::default()),
         limit: Arc::default(),
