@@ -38,7 +38,7 @@ fi
 mkdir -p target/vm
 # The suite's knobs (MEMTIDE_VM_*, MEMTIDE_BENCH_*) set here reach the tests in the guest, which
 # reads them from target/vm/guest-env (vm/guest.sh).
-env | grep -E '^MEMTIDE_(VM|BENCH)_[A-Z0-9_]*=' | while IFS='=' read -r name value; do
+env | grep -E '^MEMTIDE_(VM|BENCH)_[A-Z0-9_]*=' | grep -v '^MEMTIDE_VM_LAYOUT=' | while IFS='=' read -r name value; do
     printf 'export %s=%q\n' "$name" "$value"
 done >target/vm/guest-env || true
 
@@ -110,8 +110,18 @@ two_node_status=$status
 # them out. They know the layout from MEMTIDE_VM_LAYOUT, and skip with a message elsewhere.
 filters=()
 options=()
+takes_value=0
 for arg in "$@"; do
+    if [ "$takes_value" = 1 ]; then
+        options+=("$arg")
+        takes_value=0
+        continue
+    fi
     case "$arg" in
+    --skip | --test-threads | --color | --format | --logfile | -Z)
+        options+=("$arg")
+        takes_value=1
+        ;;
     -*) options+=("$arg") ;;
     *) filters+=("$arg") ;;
     esac
@@ -125,13 +135,13 @@ done
 if [ "$wanted" = 1 ]; then
     cp target/vm/guest-env target/vm/guest-env.two-node
     echo "export MEMTIDE_VM_LAYOUT=two-socket" >>target/vm/guest-env
-    layout_args=(--layout two-socket --memory-per-node 512)
+    layout_args=(--layout two-socket --memory-per-node 768)
     suite_binaries=()
     for binary in "${binaries[@]}"; do
         [[ "$(basename "$binary")" == vm-* ]] && suite_binaries+=("$binary")
     done
     echo "vm-test: booting the two-socket machine for vm::sockets"
-    run_suite_once_more_if_dead "${options[@]}" vm::sockets::
+    run_suite_once_more_if_dead "${options[@]}" "$sockets_test"
     mv target/vm/guest-env.two-node target/vm/guest-env
 fi
 [ "$two_node_status" -ne 0 ] && exit "$two_node_status"

@@ -313,13 +313,13 @@ impl State {
             self.spec.exec.reserve_bytes,
         );
         [capacity.fast, capacity.slow] = self.spec.costs;
-        capacity.share = self.fast_share(&capacity);
         let observing = self.observing() || self.spec.nodes.is_none();
         if !observing {
             // Migrating (again): what is real is what counts.
             self.assumed.ranges.clear();
             self.assumed.net_promoted_bytes = 0;
         }
+        capacity.share = self.fast_share(&capacity);
         let plan = if observing && !self.assumed.ranges.is_empty() {
             let view = AssumedView {
                 real: placement,
@@ -378,11 +378,13 @@ impl State {
         let Some(locality) = &self.spec.locality else {
             return requests_from_plan(plan, nodes);
         };
-        let fallback = self
-            .target
-            .thread_cpus()
-            .ok()
-            .and_then(|cpus| busiest_node(&cpus, locality));
+        // Read only if a superpage has no vote: thousands of threads are thousands of files.
+        let fallback = || {
+            self.target
+                .thread_cpus()
+                .ok()
+                .and_then(|cpus| busiest_node(&cpus, locality))
+        };
         let machine = self.spec.machine.read(&self.spec.root);
         let slow_room = self
             .spec

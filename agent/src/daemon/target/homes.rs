@@ -5,8 +5,10 @@
 //!
 //! Each superpage keeps one vote (a majority vote in the Boyer-Moore way: the same node adds its
 //! weight, another takes it away and, at zero, takes the vote), so memory stays one small entry
-//! per recently sampled superpage whatever the number of nodes. Votes halve at every epoch:
-//! a thread that moved to the other socket wins its pages back within a few epochs.
+//! per recently sampled superpage whatever the number of nodes. Votes halve at every epoch: once
+//! a thread has moved to the other socket, the promotions of its pages go there within a few
+//! epochs. Pages already in the first socket's DRAM stay there: the planner moves pages
+//! between tiers, not between fast nodes.
 
 use std::collections::BTreeMap;
 
@@ -76,20 +78,34 @@ impl Homes {
         &self,
         plan: &Plan,
         locality: &Locality,
-        fallback: Option<u32>,
+        fallback: impl FnOnce() -> Option<u32>,
         mut slow_room: BTreeMap<u32, u64>,
     ) -> Vec<MoveRequest> {
+        let mut fallback = Some(fallback);
+        let mut fallback_node = None;
         requests_by_node(plan, |superpage, bytes, direction| {
-            let accessors = self.home(superpage).or(fallback);
+            let accessors = self.home(superpage).or_else(|| {
+                if let Some(read) = fallback.take() {
+                    fallback_node = read();
+                }
+                fallback_node
+            });
             match direction {
                 Direction::Promote => locality.fast_node_for(accessors),
                 Direction::Demote => {
                     let nearest = locality.slow_nodes_for(accessors);
-                    let roomy = nearest
-                        .iter()
-                        .copied()
-                        .find(|node| slow_room.get(node).is_some_and(|&room| room >= bytes));
-                    let node = roomy.unwrap_or(nearest[0]);
+                    let room = |node: &u32| slow_room.get(node).copied().unwrap_or(0);
+                    // The nearest with room, else the one with the most (the nearest of those):
+                    // the executor stops at a node's watermark.
+                    let roomy = nearest.iter().copied().find(|node| room(node) >= bytes);
+                    let node = roomy.unwrap_or_else(|| {
+                        nearest
+                            .iter()
+                            .copied()
+                            .rev()
+                            .max_by_key(|node| room(node))
+                            .unwrap_or(nearest[0])
+                    });
                     if let Some(room) = slow_room.get_mut(&node) {
                         *room = room.saturating_sub(bytes);
                     }
@@ -180,7 +196,7 @@ mod tests {
         };
         let nodes = |fallback| -> Vec<(u64, u32)> {
             homes
-                .requests(&plan, &locality, fallback, BTreeMap::new())
+                .requests(&plan, &locality, || fallback, BTreeMap::new())
                 .iter()
                 .map(|r| (r.len / SUPERPAGE_SIZE, r.to_node))
                 .collect()
@@ -188,6 +204,13 @@ mod tests {
         // The unsampled superpage follows the target's threads, else the default node.
         assert_eq!(nodes(Some(1)), [(1, 0), (2, 1)]);
         assert_eq!(nodes(None), [(1, 0), (1, 1), (1, 0)]);
+        // Threads are read only when a superpage has no vote.
+        let voted = Plan {
+            moves: vec![promote(0..2)],
+            ..Plan::default()
+        };
+        let requests = homes.requests(&voted, &locality, || unreachable!(), BTreeMap::new());
+        assert_eq!(requests.len(), 2);
         // Ageing forgets a vote in a few epochs.
         homes.age();
         homes.age();

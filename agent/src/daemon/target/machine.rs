@@ -26,7 +26,14 @@ pub(super) struct MachineSnapshot {
 #[derive(Debug)]
 pub struct SharedMachine {
     max_age: Duration,
-    cached: Mutex<Option<(Instant, MachineSnapshot)>>,
+    cached: Mutex<Cached>,
+}
+
+#[derive(Debug, Default)]
+struct Cached {
+    snapshot: Option<(Instant, MachineSnapshot)>,
+    /// Pages moved since the snapshot was read.
+    stale: bool,
 }
 
 impl Default for SharedMachine {
@@ -39,33 +46,41 @@ impl SharedMachine {
     /// How long a snapshot serves. Free memory changes under the agent anyway; the executor
     /// checks the watermarks again before it moves anything.
     pub const MAX_AGE: Duration = Duration::from_secs(1);
+    /// How long a snapshot serves after pages moved: the fair shares want free memory that
+    /// matches what the targets hold, but a thousand targets moving each second must not each
+    /// read every node's meminfo and /proc/zoneinfo.
+    pub const MAX_AGE_AFTER_MOVES: Duration = Duration::from_millis(200);
 
     #[must_use]
     pub fn new(max_age: Duration) -> Self {
         Self {
             max_age,
-            cached: Mutex::new(None),
+            cached: Mutex::new(Cached::default()),
         }
     }
 
-    /// Makes the next [`Self::read`] read the machine afresh: pages just moved, and the fair
-    /// shares must not see them both in what a target holds and in the old free memory.
-    pub(super) fn expire(&self) {
-        let mut cached = match self.cached.lock() {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Cached> {
+        match self.cached.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
-        };
-        *cached = None;
+        }
+    }
+
+    /// Says that pages just moved: the snapshot then serves for
+    /// [`Self::MAX_AGE_AFTER_MOVES`] at most.
+    pub(super) fn expire(&self) {
+        self.lock().stale = true;
     }
 
     /// The current snapshot, read from `root` when the last one is older than the maximum age.
     pub(super) fn read(&self, root: &HostRoot) -> MachineSnapshot {
-        let mut cached = match self.cached.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
+        let mut cached = self.lock();
+        let max_age = match cached.stale {
+            true => self.max_age.min(Self::MAX_AGE_AFTER_MOVES),
+            false => self.max_age,
         };
-        if let Some((at, snapshot)) = cached.as_ref()
-            && at.elapsed() < self.max_age
+        if let Some((at, snapshot)) = cached.snapshot.as_ref()
+            && at.elapsed() < max_age
         {
             return snapshot.clone();
         }
@@ -73,7 +88,10 @@ impl SharedMachine {
             topology: Topology::read(root).ok(),
             watermarks: watermark::read_watermarks(root).unwrap_or_default(),
         };
-        *cached = Some((Instant::now(), snapshot.clone()));
+        *cached = Cached {
+            snapshot: Some((Instant::now(), snapshot.clone())),
+            stale: false,
+        };
         snapshot
     }
 }
@@ -99,5 +117,9 @@ mod tests {
         std::fs::write(node_dir.join("online"), "0-1\n").unwrap();
         std::fs::write(node_dir.join("has_memory"), "0-1\n").unwrap();
         assert_eq!((nodes(&kept), nodes(&fresh)), (Some(3), Some(2)));
+        // After moves, even a snapshot that never ages serves for 200 ms at most.
+        kept.expire();
+        std::thread::sleep(SharedMachine::MAX_AGE_AFTER_MOVES);
+        assert_eq!(nodes(&kept), Some(2));
     }
 }
