@@ -2,7 +2,8 @@
 //! pod_selector` lists the pods of its node from an API server (a fake one on loopback that
 //! checks the query), finds each opted-in pod's cgroup under `kubepods` (cgroupfs layout, made
 //! here) and manages its processes, and only those. A failing API server keeps the last list;
-//! a pod that leaves the list stops being managed.
+//! a pod that leaves the list stops being managed. A `[[targets.limits]]` table by pod label
+//! bounds the pod's process until the pod is relabelled.
 mod support;
 
 use std::{
@@ -57,15 +58,40 @@ fn fake_api_server(answer: Answer, requests: Arc<Mutex<Vec<String>>>) -> u16 {
 }
 
 fn pod_list(uids: &[&str]) -> String {
+    labelled_pod_list(uids, "bronze")
+}
+
+/// A pod list whose pods carry the label `tier=TIER`.
+fn labelled_pod_list(uids: &[&str], tier: &str) -> String {
     let items: Vec<String> = uids
         .iter()
         .map(|uid| {
             format!(
-                r#"{{"metadata":{{"name":"pod-{uid}","namespace":"test","uid":"{uid}"}},"status":{{"phase":"Running"}}}}"#
+                r#"{{"metadata":{{"name":"pod-{uid}","namespace":"test","uid":"{uid}","labels":{{"tier":"{tier}"}}}},"status":{{"phase":"Running"}}}}"#
             )
         })
         .collect();
     format!(r#"{{"kind":"PodList","items":[{}]}}"#, items.join(","))
+}
+
+/// The fast-tier share in the status row of `pid`, and why (None, None while unbounded).
+fn fast_share(port: u16, pid: u32) -> (Option<u64>, Option<String>) {
+    let Some((200, body)) = http_get(port, "/status") else {
+        return (None, None);
+    };
+    let status: serde_json::Value = serde_json::from_str(&body).expect("/status is JSON");
+    let row = status["targets"]
+        .as_array()
+        .and_then(|rows| {
+            rows.iter()
+                .find(|row| row["pid"] == u64::from(pid))
+                .cloned()
+        })
+        .unwrap_or_default();
+    (
+        row["fast_share_bytes"].as_u64(),
+        row["fast_share_reason"].as_str().map(str::to_owned),
+    )
 }
 
 /// A pod's cgroup as kubelet's cgroupfs driver lays it out in the cgroup v2 hierarchy
@@ -136,6 +162,7 @@ fn opted_in_pods_of_this_node_are_managed_and_no_others() {
         &config,
         format!(
             "[targets]\npod_selector = \"memtide.io/tiering=enabled\"\n\
+             [[targets.limits]]\npod_label = \"tier=bronze\"\nfast_bytes = 1048576\n\
              [kubernetes]\napi_server = \"http://127.0.0.1:{api_port}\"\nnode_name = \"test-node\"\npoll_seconds = 1\n"
         ),
     )
@@ -160,6 +187,33 @@ fn opted_in_pods_of_this_node_are_managed_and_no_others() {
     assert!(
         agent.log().contains(&format!("test/pod-{in_uid}")),
         "{}",
+        agent.log()
+    );
+
+    // The pod's label matches a [[targets.limits]] table: its share is that limit...
+    let bronze = (
+        Some(1 << 20),
+        Some("limit (pod label tier=bronze)".to_owned()),
+    );
+    assert!(
+        wait_for(Duration::from_secs(20), || fast_share(
+            agent.port,
+            opted_in.pid
+        ) == bronze),
+        "the pod's limit is not in its status row: {:?}\n{}",
+        fast_share(agent.port, opted_in.pid),
+        agent.log()
+    );
+    // ... until the pod is relabelled: the new list re-matches the limits (the target, quiet,
+    // plans again within 10 s).
+    *answer.lock().unwrap() = (200, labelled_pod_list(&[in_uid], "gold"));
+    assert!(
+        wait_for(Duration::from_secs(25), || fast_share(
+            agent.port,
+            opted_in.pid
+        ) == (None, None)),
+        "the relabelled pod kept its limit: {:?}\n{}",
+        fast_share(agent.port, opted_in.pid),
         agent.log()
     );
 
