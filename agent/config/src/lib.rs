@@ -22,7 +22,7 @@ use memtide_host::{
 
 pub use self::{
     kubernetes::KubeConfig,
-    limits::{LimitAmount, TargetLimit},
+    limits::{LimitAmount, LimitSelector, TargetLimit},
     sources::{DamonMonitorConfig, SourcesConfig},
 };
 

@@ -63,6 +63,27 @@ impl std::fmt::Display for LimitAmount {
     }
 }
 
+/// Which targets a `[[targets.limits]]` table is for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitSelector<'a> {
+    /// Processes in this cgroup v2 directory or below it.
+    Cgroup(&'a std::path::Path),
+    /// Processes of the opted-in pods carrying the label `key=value`.
+    PodLabel { key: &'a str, value: &'a str },
+    /// Processes whose name matches this pattern.
+    Name(&'a str),
+}
+
+impl std::fmt::Display for LimitSelector<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Cgroup(cgroup) => write!(f, "cgroup {}", cgroup.display()),
+            Self::PodLabel { key, value } => write!(f, "pod label {key}={value}"),
+            Self::Name(name) => write!(f, "name {name}"),
+        }
+    }
+}
+
 impl TargetLimit {
     /// The amount, once [`TargetLimit::problems`] found none.
     #[must_use]
@@ -74,21 +95,28 @@ impl TargetLimit {
         }
     }
 
-    /// `key=value` of `pod_label`, once [`TargetLimit::problems`] found none.
+    /// Which targets the table is for, once [`TargetLimit::problems`] found none.
     #[must_use]
-    pub fn pod_label_pair(&self) -> Option<(&str, &str)> {
-        self.pod_label.as_deref()?.split_once('=')
+    pub fn selector(&self) -> Option<LimitSelector<'_>> {
+        match (&self.cgroup, &self.pod_label, &self.name) {
+            (Some(cgroup), _, _) => Some(LimitSelector::Cgroup(cgroup)),
+            (_, Some(label), _) => {
+                let (key, value) = label.split_once('=')?;
+                Some(LimitSelector::PodLabel {
+                    key: key.trim(),
+                    value: value.trim(),
+                })
+            }
+            (_, _, Some(name)) => Some(LimitSelector::Name(name)),
+            _ => None,
+        }
     }
 
     /// What the limit matches, for logs and status: `cgroup db.slice`, `name redis*`.
     #[must_use]
     pub fn describe(&self) -> String {
-        match (&self.cgroup, &self.pod_label, &self.name) {
-            (Some(cgroup), _, _) => format!("cgroup {}", cgroup.display()),
-            (_, Some(label), _) => format!("pod label {label}"),
-            (_, _, Some(name)) => format!("name {name}"),
-            _ => "nothing".to_owned(),
-        }
+        self.selector()
+            .map_or_else(|| "nothing".to_owned(), |selector| selector.to_string())
     }
 
     /// What is wrong with the table at `targets.limits[index]`.
@@ -164,7 +192,13 @@ mod tests {
         assert_eq!(ok.describe(), "cgroup tenants/a");
         let percent = limit("pod_label = \"tier=bronze\"\nfast_percent = 12.5");
         assert!(percent.problems(0).is_empty());
-        assert_eq!(percent.pod_label_pair(), Some(("tier", "bronze")));
+        assert_eq!(
+            percent.selector(),
+            Some(LimitSelector::PodLabel {
+                key: "tier",
+                value: "bronze"
+            })
+        );
         assert_eq!(percent.amount().unwrap().bytes(1000), 125);
 
         let messages = |text: &str| -> Vec<String> {

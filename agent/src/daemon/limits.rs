@@ -2,7 +2,7 @@
 //! process name matches it. Read when the target is found and again at each reload, so a
 //! changed limit reaches running targets.
 
-use memtide_config::TargetLimit;
+use memtide_config::{LimitSelector, TargetLimit};
 use memtide_host::{
     sysfs::HostRoot,
     targets::select::{NamePattern, ProcessIdentity},
@@ -32,21 +32,17 @@ fn matching(
     pods: &[PodRef],
 ) -> Option<AppliedLimit> {
     limits.iter().find_map(|limit| {
-        let matches = if let Some(cgroup) = &limit.cgroup {
-            identity.in_cgroup(cgroup)
-        } else if let Some((key, value)) = limit.pod_label_pair() {
-            pods.iter().any(|pod| {
-                pod.labels.get(key.trim()).map(String::as_str) == Some(value.trim())
-                    && identity.in_pod(&pod.uid)
-            })
-        } else if let Some(name) = &limit.name {
-            identity.name_matches(&NamePattern(name.clone()))
-        } else {
-            false
+        let selector = limit.selector()?;
+        let matches = match selector {
+            LimitSelector::Cgroup(cgroup) => identity.in_cgroup(cgroup),
+            LimitSelector::PodLabel { key, value } => pods.iter().any(|pod| {
+                pod.labels.get(key).map(String::as_str) == Some(value) && identity.in_pod(&pod.uid)
+            }),
+            LimitSelector::Name(name) => identity.name_matches(&NamePattern(name.to_owned())),
         };
         let amount = limit.amount().filter(|_| matches)?;
         Some(AppliedLimit {
-            matched: limit.describe(),
+            matched: selector.to_string(),
             amount,
         })
     })

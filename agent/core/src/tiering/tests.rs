@@ -146,11 +146,8 @@ fn a_target_never_holds_more_than_its_share_of_a_roomy_fast_tier() {
     assert!(model.fast_used() >= limit * 3 / 4, "{}", model.fast_used());
 }
 
-#[test]
-fn a_target_above_its_share_demotes_the_excess_coldest_first() {
-    let mut e = Tiering::new(cfg()).unwrap();
-    // 64 MiB all fast in a roomy tier, a few pages hot, and a share of 16 MiB.
-    let mut model = TierModel::new(0, 64 * MIB, Tier::Fast, GIB);
+/// Every access on a few pages of 4 superpages of a 64 MiB footprint.
+fn few_hot_pages_in_64_mib() -> TraceGen {
     let mut g = TraceGen::new(
         5,
         Pattern::SparseHot {
@@ -161,6 +158,15 @@ fn a_target_above_its_share_demotes_the_excess_coldest_first() {
         64 * MIB,
     );
     g.hot_share = 1.0;
+    g
+}
+
+#[test]
+fn a_target_above_its_share_demotes_the_excess_coldest_first() {
+    let mut e = Tiering::new(cfg()).unwrap();
+    // 64 MiB all fast in a roomy tier, a few pages hot, and a share of 16 MiB.
+    let mut model = TierModel::new(0, 64 * MIB, Tier::Fast, GIB);
+    let mut g = few_hot_pages_in_64_mib();
     let limit = 16 * MIB;
     let plans = drive_with_share(&mut e, &mut g, &mut model, limit, 40);
     assert_eq!(plans[0].would_demote_bytes, 48 * MIB);
@@ -186,16 +192,7 @@ fn above_high_watermark_the_coldest_is_demoted() {
     let mut e = Tiering::new(cfg()).unwrap();
     // Everything starts fast and the fast tier is full; only a few pages are hot.
     let mut model = TierModel::new(0, 64 * MIB, Tier::Fast, 64 * MIB);
-    let mut g = TraceGen::new(
-        5,
-        Pattern::SparseHot {
-            hot_superpages: 4,
-            max_hot: 8,
-        },
-        0,
-        64 * MIB,
-    );
-    g.hot_share = 1.0;
+    let mut g = few_hot_pages_in_64_mib();
     let plans = drive(&mut e, &mut g, &mut model, 20, 2000, 20);
     let p = &plans[0];
     let demand = crate::policy::CapacityConfig::default()

@@ -334,15 +334,12 @@ impl State {
     }
 
     /// The target's share of the fast tier (`shares`): its limit, or its fair share while the
-    /// targets want more of the fast tier than they can have. What it holds is numa_maps' last
-    /// reading, moved by what memtide moved since.
+    /// targets want more of the fast tier than they can have.
     fn fast_share(&mut self, capacity: &CapacityView) -> Option<FastShare> {
-        let real = self
-            .resident
-            .as_ref()
-            .map_or(0, |resident| resident.bytes[0]);
         // Observe mode plans against the moves it assumed: so does the share.
-        let held = real.saturating_add_signed(self.assumed.net_promoted_bytes);
+        let held = self
+            .fast_held()
+            .saturating_add_signed(self.assumed.net_promoted_bytes);
         let limit = self
             .limit()
             .map(|limit| limit.amount.bytes(capacity.fast_total_bytes));
@@ -356,6 +353,14 @@ impl State {
             limit_bytes,
             held_bytes: held,
         })
+    }
+
+    /// Bytes of the target on the fast nodes: numa_maps' last reading, moved by what memtide
+    /// moved since.
+    fn fast_held(&self) -> u64 {
+        self.resident
+            .as_ref()
+            .map_or(0, |resident| resident.bytes[0])
     }
 
     /// Observe mode: from now on the plans assume the plan's moves were made.
@@ -390,16 +395,11 @@ impl State {
             .spec
             .slow_nodes
             .iter()
-            .map(|&id| {
-                let room = capacity_from(
-                    machine.topology.as_ref(),
-                    &machine.watermarks,
-                    &[],
-                    &[id],
-                    self.spec.exec.reserve_bytes,
-                )
-                .slow_free_bytes;
-                (id, room)
+            .filter_map(|&id| machine.topology.as_ref()?.node(id))
+            .map(|node| {
+                let room =
+                    room_above_floor(node, &machine.watermarks, self.spec.exec.reserve_bytes);
+                (node.id, room)
             })
             .collect();
         self.homes.requests(plan, locality, fallback, slow_room)
@@ -430,10 +430,7 @@ impl State {
         if report.aborted.is_some() {
             return Ok(report);
         }
-        let held = self
-            .resident
-            .as_ref()
-            .map_or(0, |resident| resident.bytes[0]);
+        let held = self.fast_held();
         let demoted = report.demote.pages_moved * PAGE_SIZE;
         let room = share.saturating_sub(held.saturating_sub(demoted));
         let affordable = within(promotions, room);
@@ -479,14 +476,9 @@ pub(super) fn capacity_from(
         nodes
             .iter()
             .filter_map(|id| topology?.node(*id))
-            .map(|node| {
-                if free {
-                    let floor = watermarks.get(&node.id).map_or(0, |w| w.high);
-                    node.free_bytes
-                        .saturating_sub(floor.saturating_add(reserve))
-                } else {
-                    node.memory_bytes
-                }
+            .map(|node| match free {
+                true => room_above_floor(node, watermarks, reserve),
+                false => node.memory_bytes,
             })
             .sum()
     };
@@ -499,6 +491,18 @@ pub(super) fn capacity_from(
         slow: memtide_core::policy::TierCost::default(),
         share: None,
     }
+}
+
+/// What migrations may fill on `node`: its free memory above its zones' high watermark plus
+/// the executor's reserve.
+fn room_above_floor(
+    node: &memtide_host::topology::Node,
+    watermarks: &BTreeMap<u32, memtide_host::exec::watermark::NodeWatermarks>,
+    reserve: u64,
+) -> u64 {
+    let floor = watermarks.get(&node.id).map_or(0, |w| w.high);
+    node.free_bytes
+        .saturating_sub(floor.saturating_add(reserve))
 }
 
 /// Queries where the pages of `ranges` (sorted, disjoint `[start, end)`) are.
