@@ -8,7 +8,7 @@ RELEASE_BIN := target/release/memtide
 # `make test` runs as root here, so privileged tests must run: a skip becomes a failure.
 PRIVILEGED := $(shell [ "$$(id -u)" = 0 ] && echo 1 || echo 0)
 
-.PHONY: all bootstrap bootstrap-host bootstrap-vm build run test host-test vm-test lint fmt clippy clippy-ebpf clean
+.PHONY: all bootstrap bootstrap-host bootstrap-vm build run test host-test evaluation-check vm-test lint fmt clippy clippy-ebpf clean
 
 all: build
 
@@ -35,16 +35,21 @@ run: build
 
 ## The whole test suite: host tests (unit, fixture, privileged BPF, the daemon), the deployment
 ## files against real tools (systemd-analyze, kubernetes-validate, promtool, a real Prometheus
-## scraping a real agent), then the two-node VM suite.
+## scraping a real agent), docs/evaluation.md against the simulator, then the VM suite.
 test: bootstrap
 	$(MAKE) host-test
 	$(MAKE) fuzz-ci
 	$(MAKE) deploy-check
 	$(MAKE) deploy-e2e
+	$(MAKE) evaluation-check
 	$(MAKE) vm-test
 
 host-test: bootstrap-host
 	MEMTIDE_REQUIRE_PRIVILEGED=$(PRIVILEGED) $(CARGO) test -- --test-threads=1
+
+## docs/evaluation.md is what the code produces: the suite again (about 20 s), compared.
+evaluation-check: build
+	bash scripts/check-evaluation.sh $(RELEASE_BIN)
 
 vm-test: bootstrap-vm
 	bash vm/test.sh

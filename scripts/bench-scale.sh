@@ -26,6 +26,11 @@
 # Each run has WARMUP seconds (default 20) for the agent to start its targets and its
 # controller to settle, then DURATION seconds (default 60) measured. Every agent runs with a
 # config of its own (defaults, apart from max_targets), so /etc/memtide is not read.
+# The target-size rows run with `[sources] cpu_budget_percent = SIZE_BUDGET` (default 25): with
+# the default 1 % the sample-rate controller holds the sampling path's CPU at the budget and
+# lets the sample rate fall instead, so rows of different cost would be measured at different
+# sample rates; with room to spare every size is sampled at the same rate (the period scale
+# printed at the end says whether it was) and what grows is the CPU.
 # Environment: PAGES (16384) and ROUNDS_PER_SECOND (8) set the fault rate; SIZES ("1G 64G 1T"),
 # LAYOUTS ("spread runs"; CLUSTER=32 pages per run) and COUNTS ("1 10 100 1000") the rows, an
 # empty one skipping its part; IDLE_PAGES (256) the idle targets' resident pages; SKIP_BUILD=1
@@ -46,8 +51,9 @@ sizes=${SIZES-1G 64G 1T}
 layouts=${LAYOUTS-spread runs}
 cluster=${CLUSTER:-32}
 counts=${COUNTS-1 10 100 1000}
+size_budget=${SIZE_BUDGET:-25}
 idle_pages=${IDLE_PAGES:-256}
-for number in "$duration" "$warmup" "$pages" "$rounds_per_second" "$idle_pages" "$cluster" $counts; do
+for number in "$duration" "$warmup" "$pages" "$rounds_per_second" "$idle_pages" "$cluster" "$size_budget" $counts; do
     [[ $number =~ ^[0-9]+$ ]] || {
         echo "bench-scale: $number is not a whole number" >&2
         exit 2
@@ -180,6 +186,7 @@ echo "bench-scale: $(nproc) CPUs, kernel $kernel, vm.overcommit_memory=$(cat /pr
 # 1. Target size at an equal fault rate.
 : >"$tmp/sizes.tsv"
 printf '# defaults\n' >"$tmp/defaults.toml"
+printf '[sources]\ncpu_budget_percent = %s\n' "$size_budget" >"$tmp/sizes.toml"
 for layout in $layouts; do
     case $layout in
     spread) layout_args=() ;;
@@ -196,7 +203,7 @@ for layout in $layouts; do
             echo "bench-scale: the workload with --span $size ${layout_args[*]} did not start (overcommit?)" >&2
             exit 1
         fi
-        start_agent "$tmp/defaults.toml" "$tmp/agent-$layout-$size.log" --pid "$workload_pid"
+        start_agent "$tmp/sizes.toml" "$tmp/agent-$layout-$size.log" --pid "$workload_pid"
         faults=0
         late=0
         churn_paced "$warmup"

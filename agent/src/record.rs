@@ -1,6 +1,6 @@
 //! `memtide record`: the live access samples of running processes, written in the
 //! simulator's native trace format (`sim::trace::native`), so `memtide sim` can replay what a
-//! real program did through every policy and the oracle.
+//! real program did through every policy, the bound and the epoch oracle.
 //!
 //! It uses the daemon's sampling path unchanged (BPF sampler, ring, ingest router) with a fixed
 //! sample period: each record stands for `period` events, which the trace header says as its

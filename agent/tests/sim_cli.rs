@@ -52,6 +52,7 @@ fn json_contract_for_every_policy() {
     for policy in [
         "memtide",
         "oracle",
+        "oracle-epoch",
         "no-migration",
         "interleave",
         "bw-aware",

@@ -1,7 +1,8 @@
 //! The tier simulator and evaluation suite (`memtide sim`, `memtide gen`).
 //!
 //! Traces ([`trace`]: native, lackey, perf-script; or [`workload`]'s synthetic workloads) stream
-//! through a policy ([`policy`]: the daemon's own engine, [`baselines`], [`oracle`]) and a tier
+//! through a policy ([`policy`]: the daemon's own engine, [`baselines`], the [`bound`] and the
+//! epoch [`oracle`]) and a tier
 //! model ([`model`]); [`run`] replays one trace under one policy, [`suite`] runs the matrix and
 //! writes the report. Everything is deterministic from seeds.
 //!
@@ -10,6 +11,7 @@
 #![forbid(unsafe_code)]
 
 pub mod baselines;
+pub mod bound;
 pub mod cli;
 pub mod model;
 pub mod oracle;
@@ -27,8 +29,9 @@ use self::{
     baselines::{
         damon::Damon, hemem::HeMem, memtis::Memtis, static_place::StaticPlacement, tpp::Tpp,
     },
+    bound::Bound,
     model::Preset,
-    oracle::Oracle,
+    oracle::EpochOracle,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
     run::{BATCH, SimConfig},
     trace::{TraceError, TraceSpec},
@@ -41,6 +44,9 @@ use memtide_core::units::Granularity;
 pub enum PolicyName {
     Memtide,
     Oracle,
+    #[value(name = "oracle-epoch")]
+    #[serde(rename = "oracle-epoch")]
+    OracleEpoch,
     NoMigration,
     Interleave,
     BwAware,
@@ -60,9 +66,10 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [Self; 12] = [
+    pub const ALL: [Self; 13] = [
         Self::Memtide,
         Self::Oracle,
+        Self::OracleEpoch,
         Self::NoMigration,
         Self::Interleave,
         Self::BwAware,
@@ -80,6 +87,7 @@ impl PolicyName {
         match self {
             Self::Memtide => "memtide",
             Self::Oracle => "oracle",
+            Self::OracleEpoch => "oracle-epoch",
             Self::NoMigration => "no-migration",
             Self::Interleave => "interleave",
             Self::BwAware => "bw-aware",
@@ -105,7 +113,7 @@ pub enum SimError {
     Io(#[from] std::io::Error),
 }
 
-/// Oracle epoch: 1 s of simulated time (the engine's initial epoch), in whole batches.
+/// Epoch oracle's epoch: 1 s of simulated time (the engine's initial epoch), in whole batches.
 #[must_use]
 pub fn oracle_window(record_weight: u32, cfg: &SimConfig) -> u64 {
     let per_record_ns = f64::from(record_weight) * cfg.access_ns;
@@ -113,7 +121,7 @@ pub fn oracle_window(record_weight: u32, cfg: &SimConfig) -> u64 {
     (records / BATCH as u64).max(1) * BATCH as u64
 }
 
-/// Builds a policy. `fast_capacity_bytes` and the trace are needed by the oracle only.
+/// Builds a policy. `fast_capacity_bytes` and the trace are needed by the epoch oracle only.
 pub fn make_policy(
     name: PolicyName,
     preset: &Preset,
@@ -142,9 +150,10 @@ pub fn make_policy(
         PolicyName::Hemem => Box::new(HeMem::default()),
         PolicyName::Memtis => Box::new(Memtis::default()),
         PolicyName::Damon => Box::new(Damon::default()),
-        PolicyName::Oracle => {
+        PolicyName::Oracle => Box::new(Bound::default()),
+        PolicyName::OracleEpoch => {
             let weight = spec.open()?.meta().record_weight;
-            Box::new(Oracle::new(
+            Box::new(EpochOracle::new(
                 spec,
                 oracle_window(weight, cfg),
                 fast_capacity_bytes,

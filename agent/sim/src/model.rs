@@ -483,6 +483,17 @@ impl TierModel {
         moved
     }
 
+    /// Makes exactly the pages of `fast` (a bit per page) of superpage `idx` fast, for
+    /// nothing: no migration is counted or charged. Only the bound places this way (see
+    /// `bound`); the caller keeps the fast tier within its capacity.
+    pub fn place_free(&mut self, idx: usize, fast: [u64; 8]) {
+        let s = &mut self.sps[idx];
+        let before = u64::from(s.fast_pages());
+        s.fast = fast;
+        self.fast_used_pages = self.fast_used_pages - before + u64::from(s.fast_pages());
+        debug_assert!(self.fast_used_pages <= self.fast_cap_pages);
+    }
+
     /// Capacity as the engine's planner sees it.
     #[must_use]
     pub fn capacity(&self) -> CapacityView {

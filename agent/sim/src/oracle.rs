@@ -1,5 +1,7 @@
-//! The oracle: per-epoch optimal placement with future knowledge, the upper bound of the
-//! fast-tier hit ratio for placements that change once per epoch.
+//! The epoch oracle (`--policy oracle-epoch`): per-epoch optimal placement with future
+//! knowledge, the best hit ratio of placements that change once per epoch. Policies that move
+//! more often can beat it (on `stream` they do); the bound that no policy beats is
+//! [`crate::bound`].
 //!
 //! It reads the trace a second time, one epoch ahead of the replay. At the start of each epoch
 //! it counts the accesses every 4 KiB page will receive during the epoch and makes the fast tier
@@ -18,7 +20,7 @@ use crate::{
 use memtide_common::AccessSample;
 use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
-pub struct Oracle {
+pub struct EpochOracle {
     ahead: Box<dyn RecordSource>,
     /// Records per epoch.
     window: u64,
@@ -28,7 +30,7 @@ pub struct Oracle {
     done: bool,
 }
 
-impl Oracle {
+impl EpochOracle {
     /// `window` is the epoch length in records.
     pub fn new(
         spec: &dyn TraceSpec,
@@ -150,9 +152,9 @@ impl Oracle {
     }
 }
 
-impl SimPolicy for Oracle {
+impl SimPolicy for EpochOracle {
     fn name(&self) -> String {
-        "oracle".into()
+        "oracle-epoch".into()
     }
 
     fn place(&mut self, sp: u64, model: &TierModel) -> Tier {

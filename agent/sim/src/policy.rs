@@ -4,7 +4,7 @@
 //! the policy): `memtide`
 //! is its default configuration; `static-4k/64k/2m` pin the granularity
 //! (`granularity.fixed`) and `epoch-<ms>` pin the epoch (`epoch.adaptive = false`). Everything
-//! else is in [`super::baselines`] and [`super::oracle`].
+//! else is in [`super::baselines`], [`super::oracle`] and [`super::bound`].
 
 use std::time::Duration;
 
@@ -37,6 +37,12 @@ pub trait SimPolicy: Send {
     fn place(&mut self, sp: u64, model: &TierModel) -> Tier {
         let _ = sp;
         model.first_touch()
+    }
+
+    /// The batch about to be replayed, before its first access: only the bound, which knows
+    /// the future by definition, looks. Default: nothing.
+    fn before_batch(&mut self, batch: &[TraceRecord], model: &mut TierModel) {
+        let _ = (batch, model);
     }
 
     /// The records of the last batch (every access: page-table based policies see them through

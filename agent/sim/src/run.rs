@@ -362,6 +362,7 @@ pub fn run(
         if src.fill(&mut batch, BATCH)? == 0 {
             break;
         }
+        policy.before_batch(&batch, &mut model);
         for r in &batch {
             let (idx, first_touch) = locate(&mut model, policy, &mut last, r);
             let page = ((r.addr / PAGE_SIZE) % 512) as usize;

@@ -5,10 +5,12 @@
 //! - [`select`]: which processes are targets (pid, cgroup v2, name pattern, Kubernetes pod, an
 //!   exclude list; never memtide itself, never kernel threads);
 //! - [`maps`], [`numa_maps`], [`smaps`]: parsers for `/proc/PID/{maps,numa_maps,smaps}`;
-//! - [`placement`]: the batched move_pages query telling which node each page is on.
+//! - [`placement`]: the batched move_pages query telling which node each page is on, after
+//!   [`pagemap`] says which pages are present.
 
 pub mod maps;
 pub mod numa_maps;
+pub mod pagemap;
 pub mod placement;
 pub mod select;
 pub mod smaps;

@@ -11,6 +11,14 @@ use crate::sys::mempolicy::{self, PageError, PageStatus, Pid};
 /// Pages per move_pages query call: large enough that the system call cost is amortised,
 /// small enough to keep the kernel's per-call work (and our status vectors) modest.
 pub const QUERY_BATCH: usize = 1024;
+/// Ranges of at least this many pages are read in pagemap before they are queried: one read
+/// answers for all of them, and on a sparse mapping most are holes. Shorter ones (single
+/// sampled pages, mostly present) go to move_pages directly rather than cost a read each.
+pub const PRESENCE_MIN_PAGES: u64 = 64;
+
+fn as_usize(n: u64) -> usize {
+    usize::try_from(n).unwrap_or(usize::MAX)
+}
 
 /// Queries the node of each 4 KiB page in `[start, start + len)` of `target`, `batch` pages per
 /// call. `start` is rounded down and the end up to whole pages.
@@ -114,19 +122,63 @@ impl TierPlacement {
 
     /// Queries every page of `ranges` (page-aligned `[start, end)`, disjoint) and adds them,
     /// [`QUERY_BATCH`] pages per call whatever the ranges' sizes: ten thousand single sampled
-    /// pages cost ten calls, not ten thousand.
-    pub fn query_all(&mut self, target: &Target, ranges: &[(u64, u64)]) -> Result<(), TargetError> {
-        let pages: Vec<usize> = ranges
+    /// pages cost ten calls, not ten thousand. The pages of ranges of [`PRESENCE_MIN_PAGES`]
+    /// or more that pagemap says are not present are not asked about: they read as not
+    /// present, as move_pages would have said. Returns the number of pages asked about.
+    pub fn query_all(
+        &mut self,
+        target: &Target,
+        ranges: &[(u64, u64)],
+    ) -> Result<u64, TargetError> {
+        let long = |&(start, end): &(u64, u64)| (end - start) / PAGE >= PRESENCE_MIN_PAGES;
+        // Unreadable (an older kernel, a stricter LSM): ask about every page, as before.
+        let mut pagemap = ranges
             .iter()
-            .flat_map(|&(start, end)| (start..end).step_by(PAGE as usize))
-            .map(|a| usize::try_from(a).unwrap_or(usize::MAX))
-            .collect();
-        let mut statuses = query_pages(target, &pages, QUERY_BATCH)?.into_iter();
-        for &(start, end) in ranges {
-            let n = usize::try_from((end - start) / PAGE).unwrap_or(usize::MAX);
-            self.insert(start, statuses.by_ref().take(n).collect());
+            .any(long)
+            .then(|| target.pagemap().ok())
+            .flatten();
+        let mut pages: Vec<usize> = Vec::new();
+        let mut present_of_range = Vec::with_capacity(ranges.len());
+        for range @ &(start, end) in ranges {
+            let addrs = (start..end).step_by(PAGE as usize);
+            let present = pagemap
+                .as_mut()
+                .filter(|_| long(range))
+                .and_then(|pagemap| {
+                    let mut present = Vec::new();
+                    pagemap.present(start, end, &mut present).ok()?;
+                    Some(present)
+                });
+            match &present {
+                Some(present) => pages.extend(
+                    addrs
+                        .zip(present)
+                        .filter(|&(_, &present)| present)
+                        .map(|(addr, _)| as_usize(addr)),
+                ),
+                None => pages.extend(addrs.map(as_usize)),
+            }
+            present_of_range.push(present);
         }
-        Ok(())
+        let mut statuses = query_pages(target, &pages, QUERY_BATCH)?.into_iter();
+        let not_present = PageStatus::Error(PageError::NotPresent);
+        for (&(start, end), present) in ranges.iter().zip(present_of_range) {
+            let range = match present {
+                Some(present) => present
+                    .into_iter()
+                    .map(|present| match present {
+                        true => statuses.next().unwrap_or(not_present),
+                        false => not_present,
+                    })
+                    .collect(),
+                None => statuses
+                    .by_ref()
+                    .take(as_usize((end - start) / PAGE))
+                    .collect(),
+            };
+            self.insert(start, range);
+        }
+        Ok(pages.len() as u64)
     }
 
     /// A copy in which the pages of `ranges` (`[start, end)`) read as not mapped, or `None`
@@ -263,6 +315,71 @@ impl TierPlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A python child with 64 MiB of anonymous memory, one page touched in each MiB; returns
+    /// the child and the mapping's start.
+    fn sparse_child() -> Option<(std::process::Child, u64)> {
+        use std::io::BufRead as _;
+        let script = "import mmap, sys, time\n\
+                      m = mmap.mmap(-1, 64 << 20)\n\
+                      m.madvise(mmap.MADV_NOHUGEPAGE)\n\
+                      for i in range(64):\n    m[i << 20] = 1\n\
+                      print('touched', flush=True)\n\
+                      time.sleep(60)\n";
+        let Ok(mut child) = std::process::Command::new("python3")
+            .args(["-c", script])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+        else {
+            eprintln!("skipped: no python3 to run a sparse target");
+            return None;
+        };
+        let mut line = String::new();
+        std::io::BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line.trim(), "touched");
+        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
+        let start = maps.lines().find_map(|l| {
+            let (start, end) = l.split_whitespace().next()?.split_once('-')?;
+            let start = u64::from_str_radix(start, 16).ok()?;
+            (u64::from_str_radix(end, 16).ok()? - start == 64 << 20).then_some(start)
+        });
+        Some((child, start.expect("the 64 MiB mapping")))
+    }
+
+    #[test]
+    fn a_sparse_range_asks_move_pages_about_its_present_pages_only() {
+        let Some((mut child, start)) = sparse_child() else {
+            return;
+        };
+        let target = Target::open(child.id()).unwrap();
+        let (end, single) = (start + (64 << 20), start + (3 << 20));
+        let mut view = TierPlacement::new(vec![0]);
+        // The whole mapping, and one touched page on its own (too short to read pagemap for).
+        let asked = view
+            .query_all(
+                &target,
+                &[(start, start + (2 << 20)), (single, single + PAGE)],
+            )
+            .unwrap();
+        let mut whole = TierPlacement::new(vec![0]);
+        let asked_whole = whole.query_all(&target, &[(start, end)]);
+        let _ = child.kill();
+        let _ = child.wait();
+        // Two touched pages of the first 512 (no huge pages: the child said so), and the one.
+        assert_eq!(asked, 3);
+        assert_eq!(asked_whole.unwrap(), 64);
+        assert!(view.node_of(start).is_some() && view.node_of(start + (1 << 20)).is_some());
+        assert!(view.node_of(single).is_some());
+        assert!(whole.node_of(start + (63 << 20)).is_some());
+        for untouched in [start + PAGE, end - PAGE] {
+            assert_eq!(
+                whole.status(untouched),
+                Some(PageStatus::Error(PageError::NotPresent))
+            );
+        }
+    }
 
     #[test]
     fn ranges_left_alone_read_as_not_mapped_in_the_copy_only() {

@@ -2,17 +2,24 @@
 //!
 //! What it models:
 //! - PEBS samples counted per 2 MiB page (HeMem manages huge pages only), reads and writes
-//!   apart; a page is hot when either count reaches 4 (`HOT_READ_THRESHOLD`,
+//!   apart; a page is hot when either count reaches 4 samples (`HOT_READ_THRESHOLD`,
 //!   `HOT_WRITE_THRESHOLD`).
-//! - Cooling: when any page's count reaches 10 (`PEBS_COOLING_THRESHOLD`) the global cooling
-//!   clock advances; every page's counts are halved once per clock tick it missed (lazily).
+//! - Cooling: when any page's count reaches 10 samples (`PEBS_COOLING_THRESHOLD`) the global
+//!   cooling clock advances; every page's counts are halved once per clock tick it missed
+//!   (lazily).
 //! - A migration thread every 10 ms (`PEBS_KSWAPD_INTERVAL`): hot slow pages are promoted,
 //!   write-hot first; when the fast tier is full a cold fast page (not hot) is demoted for each;
 //!   with no cold fast page left, promotion stops. Bounded by `PEBS_KSWAPD_MIGRATE_RATE`
 //!   (10 GB/s). Everything moves at 2 MiB.
 //!
-//! Samples are the simulator's shared PEBS-like stream (the same 1 in N the engine gets), not
-//! HeMem's period of 19997, so that every sampling policy sees the same information.
+//! Its design point: HeMem's thresholds are counts of samples taken every `SAMPLE_PERIOD`
+//! (19,997) events, so "hot" means 4 × 19,997 accesses seen in a 2 MiB page, and cooling starts
+//! at 10 × 19,997. The simulator's samples are the shared stream every sampling policy gets
+//! (the same 1 in N the engine gets), each carrying the accesses it stands for as its weight;
+//! HeMem counts those accesses against its thresholds in accesses, so it acts on the same
+//! amount of traffic whatever the sample rate. Counting the samples themselves against 4 and
+//! 10 would put it at a period of N × record weight instead (128 accesses in the suite, 156
+//! times more eager than HeMem: every page hot, and cooling every few samples).
 
 use std::time::Duration;
 
@@ -24,14 +31,20 @@ use crate::{
 use memtide_common::AccessSample;
 use memtide_core::units::{SUPERPAGE_SIZE, Tier};
 
-const HOT_READ: u32 = 4;
-const HOT_WRITE: u32 = 4;
-const COOLING: u32 = 10;
+/// HeMem's PEBS sample period (`SAMPLE_PERIOD`, src/pebs.h): the events one of its samples
+/// stands for.
+const SAMPLE_PERIOD: u64 = 19_997;
+/// `HOT_READ_THRESHOLD`, `HOT_WRITE_THRESHOLD` and `PEBS_COOLING_THRESHOLD` (4, 4 and 10
+/// samples), in accesses.
+const HOT_READ: u64 = 4 * SAMPLE_PERIOD;
+const HOT_WRITE: u64 = 4 * SAMPLE_PERIOD;
+const COOLING: u64 = 10 * SAMPLE_PERIOD;
 
+/// Accesses per 2 MiB page, as of global cooling tick `clock`.
 #[derive(Clone, Copy, Debug, Default)]
 struct Counts {
-    reads: u32,
-    writes: u32,
+    reads: u64,
+    writes: u64,
     clock: u32,
 }
 
@@ -56,7 +69,7 @@ impl Default for HeMem {
 }
 
 impl HeMem {
-    fn cooled(&self, c: &Counts) -> (u32, u32) {
+    fn cooled(&self, c: &Counts) -> (u64, u64) {
         let d = self.global - c.clock;
         (
             c.reads.checked_shr(d).unwrap_or(0),
@@ -80,9 +93,9 @@ impl SimPolicy for HeMem {
             c.writes = c.writes.checked_shr(d).unwrap_or(0);
             c.clock = global;
             if memtide_common::AccessKind::from_u8(s.kind) == memtide_common::AccessKind::Store {
-                c.writes += 1;
+                c.writes = c.writes.saturating_add(s.weight);
             } else {
-                c.reads += 1;
+                c.reads = c.reads.saturating_add(s.weight);
             }
             if c.reads >= COOLING || c.writes >= COOLING {
                 self.global += 1;

@@ -16,8 +16,15 @@
 //!   making room by demoting fast pages below the warm threshold (coldest first); at most
 //!   100 MB/s (`MAX_MIGRATION_RATE_IN_MBPS`).
 //!
-//! The adaptation and cooling periods (100,000 and 2,000,000 samples in the artifact) are scaled
-//! down 10× to the simulator's sample volume (10,000 and 200,000 samples).
+//! Its design point: the authors' scripts sample LLC-miss loads every 199 events
+//! (`htmm_sample_period`), adapt every 100,000 samples (`htmm_adaptation_period`) and cool
+//! every 2,000,000 (`htmm_cooling_period`): every 19.9 M and 398 M accesses. The simulator's
+//! samples each carry the accesses they stand for as their weight, and MEMTIS's periods are
+//! counted in those accesses, so they fall at the same traffic whatever the sample rate (at the
+//! suite's 128 accesses per sample: every 155,000 and 3.1 M samples). The histogram's dynamic
+//! threshold is relative, so per-page counts stay counts of samples. Before the first
+//! adaptation every sampled page is hot (hot bin 1), as in the kernel before its first
+//! histogram.
 
 use std::time::Duration;
 
@@ -29,13 +36,17 @@ use crate::{
 use memtide_common::AccessSample;
 use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
-const ADAPTATION: u64 = 10_000;
-const COOLING: u64 = 200_000;
+/// `htmm_sample_period`: the load events one of MEMTIS's samples stands for.
+const SAMPLE_PERIOD: u64 = 199;
+/// `htmm_adaptation_period` and `htmm_cooling_period` (samples), in accesses.
+const ADAPTATION: u64 = 100_000 * SAMPLE_PERIOD;
+const COOLING: u64 = 2_000_000 * SAMPLE_PERIOD;
 const GAMMA: usize = 4;
 
 pub struct Memtis {
     counts: SpMap<Box<[u16]>>,
-    samples: u64,
+    /// Accesses the samples so far stand for (the sum of their weights).
+    accesses: u64,
     hot_bin: u32,
     period: Duration,
     rate_bytes_per_s: f64,
@@ -47,7 +58,7 @@ impl Default for Memtis {
     fn default() -> Self {
         Self {
             counts: SpMap::default(),
-            samples: 0,
+            accesses: 0,
             hot_bin: 1,
             period: Duration::from_millis(500),
             rate_bytes_per_s: 100e6,
@@ -136,11 +147,13 @@ impl SimPolicy for Memtis {
                 .or_insert_with(|| vec![0u16; SUBPAGES].into_boxed_slice());
             let p = ((s.addr / PAGE_SIZE) % 512) as usize;
             c[p] = c[p].saturating_add(1);
-            self.samples += 1;
-            if self.samples.is_multiple_of(ADAPTATION) {
+            let before = self.accesses;
+            self.accesses = self.accesses.saturating_add(s.weight.max(1));
+            let crossed = |period: u64| before / period != self.accesses / period;
+            if crossed(ADAPTATION) {
                 self.need_adapt = true;
             }
-            if self.samples.is_multiple_of(COOLING) {
+            if crossed(COOLING) {
                 for c in self.counts.values_mut() {
                     for x in c.iter_mut() {
                         *x >>= 1;

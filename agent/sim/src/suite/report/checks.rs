@@ -66,7 +66,7 @@ impl Report<'_> {
         o.push_str("## Headline (measured)\n\n");
         let _ = writeln!(
             o,
-            "- memtide reaches **{:.1} %** of the oracle's fast-tier hit ratio (geometric mean over the {} traces of the main matrix; goal ≥ 90 %): {}.",
+            "- memtide reaches **{:.1} %** of the bound's (`oracle`) fast-tier hit ratio (geometric mean over the {} traces of the main matrix; goal ≥ 90 %): {}.",
             hit_share * 100.0,
             ratios.len(),
             verdict(hit_share >= 0.9)

@@ -1,0 +1,173 @@
+//! The bound (`--policy oracle`): the most fast-tier hits any policy can have on a trace.
+//!
+//! In the replay a placement changes only between two batches of [`BATCH`] records (every
+//! policy's `step` runs after a batch, TPP's promotions included), and the fast tier holds at
+//! most its capacity in 4 KiB pages. So no policy serves more of a batch's accesses from the
+//! fast tier than the accesses of the batch's K most-accessed pages, K the capacity in pages.
+//! The bound is that sum over the batches, and this policy reaches it: before each batch it
+//! holds exactly those pages in the fast tier, placed for nothing (no migration is counted or
+//! charged; what it moves is beyond any policy's means). Its hit ratio bounds every policy's
+//! hit ratio; its projected time is the time of those hits with no migration cost, and bounds
+//! nothing (pages keep the mapping size their first touch gave them).
+//!
+//! [`crate::oracle::EpochOracle`] (`oracle-epoch`) is the attainable counterpart: foresight of
+//! one epoch, paying for its moves.
+//!
+//! [`BATCH`]: crate::run::BATCH
+
+use std::collections::HashMap;
+
+use crate::{
+    model::TierModel,
+    policy::{Clock, SimPolicy},
+    trace::TraceRecord,
+};
+use memtide_common::AccessSample;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, Tier};
+
+#[derive(Default)]
+pub struct Bound {
+    /// Superpages (model indices) holding fast pages: what the next batch clears.
+    placed: Vec<usize>,
+    /// Accesses per 4 KiB page number in the batch.
+    counts: HashMap<u64, u32>,
+}
+
+impl SimPolicy for Bound {
+    fn name(&self) -> String {
+        "oracle".into()
+    }
+
+    /// Every superpage is mapped slow; [`Self::before_batch`] places the pages that count.
+    fn place(&mut self, _: u64, _: &TierModel) -> Tier {
+        Tier::Slow
+    }
+
+    fn before_batch(&mut self, batch: &[TraceRecord], model: &mut TierModel) {
+        for idx in self.placed.drain(..) {
+            model.place_free(idx, [0; 8]);
+        }
+        self.counts.clear();
+        for r in batch {
+            *self.counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
+        }
+        let capacity =
+            usize::try_from(model.fast_capacity_bytes() / PAGE_SIZE).unwrap_or(usize::MAX);
+        let mut pages: Vec<(u32, u64)> = self.counts.drain().map(|(page, n)| (n, page)).collect();
+        if pages.len() > capacity {
+            pages.select_nth_unstable_by(capacity, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+            pages.truncate(capacity);
+        }
+        pages.sort_unstable_by_key(|&(_, page)| page);
+        let per_superpage = SUBPAGES as u64;
+        for pages in pages.chunk_by(|a, b| a.1 / per_superpage == b.1 / per_superpage) {
+            let sp = pages[0].1 / per_superpage;
+            let idx = match model.find(sp) {
+                Some(idx) => idx,
+                None => model.map(sp, Tier::Slow),
+            };
+            let mut fast = [0u64; 8];
+            for &(_, page) in pages {
+                let i = (page % per_superpage) as usize;
+                fast[i / 64] |= 1 << (i % 64);
+            }
+            model.place_free(idx, fast);
+            self.placed.push(idx);
+        }
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
+
+    fn step(&mut self, _: Clock, _: &mut TierModel) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::{
+        path::PathBuf,
+        sync::{
+            Arc,
+            atomic::{AtomicUsize, Ordering},
+        },
+    };
+
+    use crate::{
+        PolicyName,
+        model::PresetName,
+        run::{FastSize, SimConfig},
+        simulate,
+        suite::LACKEY_RECORD_WEIGHT,
+        trace::{FileTrace, Format, TraceSpec},
+        workload::{GenSpec, Workload},
+    };
+
+    /// Every synthetic workload (short) and every real trace in traces/, at the main matrix's
+    /// two fast-tier sizes: no policy's hit ratio is above the bound's.
+    #[test]
+    fn the_bound_holds_for_every_policy_on_every_trace() {
+        let mut traces: Vec<Arc<dyn TraceSpec>> = Workload::ALL
+            .iter()
+            .map(|&workload| {
+                Arc::new(GenSpec {
+                    workload,
+                    footprint: 16 << 20,
+                    records: 40_000,
+                    seed: 3,
+                }) as Arc<dyn TraceSpec>
+            })
+            .collect();
+        let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../traces");
+        let mut real: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .map(|entries| entries.filter_map(Result::ok).map(|e| e.path()).collect())
+            .unwrap_or_default();
+        real.retain(|path| path.to_string_lossy().ends_with(".lackey.zst"));
+        real.sort();
+        assert!(!real.is_empty(), "no real traces in {}", dir.display());
+        for path in real {
+            traces.push(Arc::new(FileTrace {
+                path,
+                format: Some(Format::Lackey),
+                lenient: false,
+                record_weight: Some(LACKEY_RECORD_WEIGHT),
+            }));
+        }
+        let jobs: Vec<(f64, &Arc<dyn TraceSpec>)> = [0.1, 0.25]
+            .into_iter()
+            .flat_map(|fast| traces.iter().map(move |trace| (fast, trace)))
+            .collect();
+        // The runs are independent: spread them over the cores (`make test` runs one test at
+        // a time).
+        let next = AtomicUsize::new(0);
+        std::thread::scope(|scope| {
+            for _ in 0..std::thread::available_parallelism().map_or(1, usize::from) {
+                scope.spawn(|| {
+                    while let Some(&(fast, trace)) = jobs.get(next.fetch_add(1, Ordering::Relaxed))
+                    {
+                        check(fast, &**trace);
+                    }
+                });
+            }
+        });
+    }
+
+    fn check(fast: f64, trace: &dyn TraceSpec) {
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.fast = FastSize::Ratio(fast);
+        let bound = simulate(trace, PolicyName::Oracle, &cfg).unwrap();
+        assert_eq!(
+            bound.migrated_bytes, 0,
+            "the bound's placements are not moves"
+        );
+        for policy in PolicyName::ALL {
+            let result = simulate(trace, policy, &cfg).unwrap();
+            assert!(
+                result.fast_hit_ratio <= bound.fast_hit_ratio,
+                "{} at fast {fast}: {} has hit ratio {} above the bound's {}",
+                trace.name(),
+                policy.name(),
+                result.fast_hit_ratio,
+                bound.fast_hit_ratio
+            );
+        }
+    }
+}
