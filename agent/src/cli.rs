@@ -27,6 +27,9 @@ pub(crate) enum Command {
     Sim(memtide_sim::cli::SimArgs),
     /// Generate a synthetic workload trace (native format).
     Gen(memtide_sim::cli::GenArgs),
+    /// Convert a trace (lackey, perf script) to the native format, its record weight in the
+    /// header: `memtide convert --trace t.lackey --record-weight 64 --out t.mt.zst`.
+    Convert(memtide_sim::cli::ConvertArgs),
     /// Launch a program with an initial NUMA placement (set_mempolicy, then execve): memtide
     /// does not stay around. `memtide exec --placement bw-aware -- ./server --port 80`
     Exec(ExecArgs),

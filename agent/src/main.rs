@@ -230,6 +230,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Probe(args) => probe(&args),
         Command::Sim(args) => memtide_sim::cli::sim(&args),
         Command::Gen(args) => memtide_sim::cli::generate(&args),
+        Command::Convert(args) => memtide_sim::cli::convert(&args),
         Command::Exec(args) => exec(&args),
         Command::Status(args) => status(&args),
         Command::CheckConfig(args) => check_config(&args),

@@ -1,5 +1,5 @@
-//! `memtide gen` and `memtide sim` end to end: the JSON contract, format detection, compressed
-//! input, real lackey output, and line-numbered errors.
+//! `memtide gen`, `memtide sim` and `memtide convert` end to end: the JSON contract, format
+//! detection, compressed input, real lackey output, and line-numbered errors.
 
 use std::{path::Path, process::Command};
 
@@ -167,4 +167,58 @@ fn perf_script_gzip_input() {
     assert_eq!(v["records"], 5000);
     // Two processes: their address spaces are kept apart (twice the superpages).
     assert_eq!(v["footprint_bytes"].as_u64().unwrap(), 2 * (32u64 << 20));
+}
+
+#[test]
+fn convert_writes_the_record_weight_into_the_native_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let lackey = dir.path().join("t.lackey");
+    let mut text = String::from("==1== Lackey, an example Valgrind tool\n");
+    for i in 0..5000u64 {
+        text.push_str(&format!(
+            "I  0400{:04x},3\n L {:x},8\n",
+            i,
+            0x10_0000 + (i % 700) * 4096
+        ));
+        if i % 5 == 0 {
+            text.push_str(&format!(" S {:x},8\n", 0x20_0000 + (i % 90) * 4096));
+        }
+    }
+    std::fs::write(&lackey, text).unwrap();
+    let native = dir.path().join("t.mt.zst");
+    let out = memtide(&[
+        "convert",
+        "--trace",
+        lackey.to_str().unwrap(),
+        "--record-weight",
+        "64",
+        "--out",
+        native.to_str().unwrap(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("wrote 6000 records (record weight 64)"));
+    // The weight travels with the trace: no --record-weight on the replay.
+    let converted = sim_json(&native, &["--policy", "no-migration"]);
+    let original = sim_json(
+        &lackey,
+        &["--policy", "no-migration", "--record-weight", "64"],
+    );
+    assert_eq!(converted["record_weight"], 64);
+    assert_eq!(converted["records"], 6000);
+    assert_eq!(converted["footprint_bytes"], original["footprint_bytes"]);
+    assert_eq!(converted["fast_hit_ratio"], original["fast_hit_ratio"]);
+    let refused = memtide(&[
+        "convert",
+        "--trace",
+        lackey.to_str().unwrap(),
+        "--record-weight",
+        "0",
+        "--out",
+        native.to_str().unwrap(),
+    ]);
+    assert_eq!(refused.status.code(), Some(1), "a zero weight is refused");
 }

@@ -1,9 +1,10 @@
-//! `memtide sim` and `memtide gen`: arguments and handlers (main.rs only dispatches).
+//! `memtide sim`, `memtide gen` and `memtide convert`: arguments and handlers (main.rs only
+//! dispatches).
 
 use std::{
     fs::File,
     io::{BufWriter, Write as _},
-    path::PathBuf,
+    path::{Path, PathBuf},
 };
 
 use anyhow::{Context as _, bail};
@@ -14,7 +15,7 @@ use super::{
     model::PresetName,
     run::{FastSize, SimConfig},
     sampler::SamplerName,
-    trace::{FileTrace, Format, RecordSource as _, native::NativeWriter},
+    trace::{FileTrace, Format, RecordSource, TraceMeta, TraceSpec as _, native::NativeWriter},
     workload::{GenSpec, Generator, Workload},
 };
 
@@ -118,6 +119,92 @@ pub struct GenArgs {
     pub out: PathBuf,
 }
 
+/// Arguments of `memtide convert`.
+#[derive(Debug, Args)]
+pub struct ConvertArgs {
+    /// Trace to read (lackey, perf-script or native; .gz and .zst are decompressed).
+    #[arg(long, value_name = "PATH")]
+    pub trace: PathBuf,
+    /// Trace format; detected from the content when omitted.
+    #[arg(long, value_enum)]
+    pub format: Option<Format>,
+    /// Accesses one record stands for, written into the output's header (a capture that kept 1
+    /// access in K: K), so that no replay needs `--record-weight`. Default: the input's own.
+    #[arg(long, value_name = "K")]
+    pub record_weight: Option<u32>,
+    /// Skip (and count) malformed lines instead of failing.
+    #[arg(long)]
+    pub lenient: bool,
+    /// Output file (native format; a .zst or .gz name compresses it).
+    #[arg(long, value_name = "PATH")]
+    pub out: PathBuf,
+}
+
+/// `memtide convert`: any trace to the native format, with its record weight in the header.
+pub fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
+    if args.record_weight == Some(0) {
+        bail!("--record-weight 0: a record stands for at least one access");
+    }
+    let spec = FileTrace {
+        path: args.trace.clone(),
+        format: args.format,
+        lenient: args.lenient,
+        record_weight: args.record_weight,
+    };
+    let mut source = spec
+        .open()
+        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let meta = source.meta().clone();
+    let records = write_native(&mut *source, &meta, &args.out)?;
+    let skipped = source.skipped();
+    eprintln!(
+        "wrote {records} records (record weight {}) to {}{}",
+        meta.record_weight,
+        args.out.display(),
+        if skipped > 0 {
+            format!("; skipped {skipped} malformed lines")
+        } else {
+            String::new()
+        }
+    );
+    Ok(())
+}
+
+/// Writes every record of `source` to `out` in the native format with `meta`'s header,
+/// compressed by the name's extension (.zst, .gz); returns the records written.
+fn write_native(
+    source: &mut dyn RecordSource,
+    meta: &TraceMeta,
+    out: &Path,
+) -> anyhow::Result<u64> {
+    let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
+    let name = out.to_string_lossy();
+    let sink: Box<dyn std::io::Write> = if name.ends_with(".zst") {
+        Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish())
+    } else if name.ends_with(".gz") {
+        Box::new(flate2::write::GzEncoder::new(
+            file,
+            flate2::Compression::default(),
+        ))
+    } else {
+        Box::new(file)
+    };
+    let mut w = NativeWriter::new(BufWriter::with_capacity(1 << 16, sink), meta)?;
+    let mut buf = Vec::with_capacity(8192);
+    loop {
+        buf.clear();
+        if source.fill(&mut buf, 8192)? == 0 {
+            break;
+        }
+        w.write(&buf)?;
+    }
+    let n = w.records();
+    let mut sink = w.finish()?;
+    sink.flush()
+        .with_context(|| format!("writing {}", out.display()))?;
+    Ok(n)
+}
+
 /// `memtide sim`.
 pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let preset = args.preset.preset();
@@ -205,32 +292,8 @@ pub fn generate(args: &GenArgs) -> anyhow::Result<()> {
         seed: args.seed,
     };
     let mut g = Generator::new(spec);
-    let file =
-        File::create(&args.out).with_context(|| format!("creating {}", args.out.display()))?;
-    let name = args.out.to_string_lossy();
-    let sink: Box<dyn std::io::Write> = if name.ends_with(".zst") {
-        Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish())
-    } else if name.ends_with(".gz") {
-        Box::new(flate2::write::GzEncoder::new(
-            file,
-            flate2::Compression::default(),
-        ))
-    } else {
-        Box::new(file)
-    };
-    let mut w = NativeWriter::new(BufWriter::with_capacity(1 << 16, sink), g.meta())?;
-    let mut buf = Vec::with_capacity(8192);
-    loop {
-        buf.clear();
-        if g.fill(&mut buf, 8192)? == 0 {
-            break;
-        }
-        w.write(&buf)?;
-    }
-    let n = w.records();
-    let mut out = w.finish()?;
-    out.flush()?;
-    drop(out);
+    let meta = g.meta().clone();
+    let n = write_native(&mut g, &meta, &args.out)?;
     eprintln!("wrote {n} records to {}", args.out.display());
     Ok(())
 }

@@ -30,8 +30,12 @@ use super::{
     workload::{GenSpec, Workload},
 };
 
-/// Record weight of the captured lackey traces (scripts/capture-lackey-traces.sh keeps 1 in 64).
+/// Record weight of lackey text traces found in the trace directory, which carry none (the
+/// corpus that scripts/capture-lackey-traces.sh captures is native, its weight in the header;
+/// its earlier captures kept 1 in 64).
 pub const LACKEY_RECORD_WEIGHT: u32 = 64;
+/// The fast-tier size of the real-program section besides the main matrix's.
+pub const REAL_SMALL_FAST: f64 = 0.1;
 /// Fixed epochs of the epoch sweep, ms.
 pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
 /// Fast shares of the BW-AWARE sweep.
@@ -126,7 +130,7 @@ pub fn run_suite(args: &SimArgs, base: &SimConfig) -> anyhow::Result<()> {
         footprints: &footprints,
         base,
     };
-    let jobs = matrix.jobs(&traces);
+    let jobs = matrix.jobs(&traces, &real_names);
     let results = execute(&jobs, args.jobs)?;
     let elapsed = started.elapsed().as_secs_f64();
     let dir = args.out.join("evaluation");
@@ -184,7 +188,7 @@ impl Matrix<'_> {
         }
     }
 
-    fn jobs(&self, traces: &[Arc<dyn TraceSpec>]) -> Vec<Job> {
+    fn jobs(&self, traces: &[Arc<dyn TraceSpec>], real: &[String]) -> Vec<Job> {
         let pmem = (PresetName::Pmem, self.base.fast);
         let ryoo = (PresetName::Ryoo, self.base.fast);
         let mut jobs = Vec::new();
@@ -223,7 +227,21 @@ impl Matrix<'_> {
         jobs.extend(self.bandwidth_jobs());
         jobs.extend(self.preset_jobs());
         jobs.extend(self.sampler_jobs(traces));
+        jobs.extend(self.real_jobs(real));
         jobs
+    }
+
+    /// G: the real programs under every policy with a small fast tier too (the main matrix
+    /// has them at the suite's fast size).
+    fn real_jobs(&self, real: &[String]) -> Vec<Job> {
+        let small = (PresetName::Pmem, FastSize::Ratio(REAL_SMALL_FAST));
+        real.iter()
+            .flat_map(|t| {
+                PolicyName::ALL
+                    .iter()
+                    .map(move |&p| self.job("real-small", t, Choice::Named(p), small))
+            })
+            .collect()
     }
 
     /// F: memtide on every trace under every sampler, at the suite's sample rate.
@@ -289,24 +307,34 @@ impl Matrix<'_> {
     }
 }
 
+/// The real traces in `dir`: native captures (`*.mt`, `*.mt.zst`, `*.mt.gz`; the record
+/// weight in their header) and lackey text (`*.lackey*`, replayed with
+/// [`LACKEY_RECORD_WEIGHT`]), by name.
 fn real_traces(dir: &Path) -> anyhow::Result<Vec<Arc<dyn TraceSpec>>> {
     let mut out: Vec<Arc<dyn TraceSpec>> = Vec::new();
     let Ok(rd) = std::fs::read_dir(dir) else {
         eprintln!("no trace directory {}: real traces skipped", dir.display());
         return Ok(out);
     };
-    let mut paths: Vec<PathBuf> = rd
-        .filter_map(Result::ok)
-        .map(|e| e.path())
-        .filter(|p| p.to_string_lossy().contains(".lackey"))
-        .collect();
+    let mut paths: Vec<PathBuf> = rd.filter_map(Result::ok).map(|e| e.path()).collect();
     paths.sort();
     for path in paths {
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let (format, record_weight) = if name.contains(".lackey") {
+            (super::trace::Format::Lackey, Some(LACKEY_RECORD_WEIGHT))
+        } else if [".mt", ".mt.zst", ".mt.gz"]
+            .iter()
+            .any(|ext| name.ends_with(ext))
+        {
+            (super::trace::Format::Native, None)
+        } else {
+            continue;
+        };
         out.push(Arc::new(FileTrace {
             path,
-            format: Some(super::trace::Format::Lackey),
+            format: Some(format),
             lenient: false,
-            record_weight: Some(LACKEY_RECORD_WEIGHT),
+            record_weight,
         }));
     }
     Ok(out)

@@ -2,11 +2,12 @@
 //!
 //! The prose that does not depend on the runs lives beside this file (`intro.md`, `notes.md`);
 //! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
-//! tables and plots ([`tables`]), and the diagnosis of where memtide falls short
-//! ([`diagnostics`]).
+//! tables and plots ([`tables`]), the real programs ([`real`]), and the diagnosis of where
+//! memtide falls short ([`diagnostics`]).
 
 mod checks;
 mod diagnostics;
+mod real;
 mod samplers;
 mod tables;
 
@@ -69,6 +70,7 @@ impl Report<'_> {
         self.other_checks(&mut o);
         self.sampler_check(&mut o);
         self.main_matrix(&mut o);
+        self.real_programs(&mut o);
         self.granularity_tables(&mut o);
         self.epoch_sweep(&mut o, dir)?;
         self.bandwidth(&mut o, dir)?;

@@ -49,7 +49,7 @@ impl Report<'_> {
         for t in &self.traces {
             if let Some(f) = self.footprints.get(t) {
                 let kind = if self.real.contains(t) {
-                    "real (lackey)"
+                    "real"
                 } else {
                     "synthetic"
                 };
