@@ -123,7 +123,7 @@ finish() {
     rm -f "$WORK/$name.raw"
     kept=$(grep -c '^ [LSM] ' "$WORK/$name.lackey" || true)
     thin=$((kept / TARGET > 1 ? kept / TARGET : 1))
-    [ "$kept" -ge 5000000 ] || echo "capture: $name: only $kept records (fewer than 5 M)" >&2
+    [ "$kept" -ge "$TARGET" ] || echo "capture: $name: only $kept records (fewer than $TARGET)" >&2
     awk -v k="$thin" '/^==/ { print; next } { if (++n % k == 0) print }' "$WORK/$name.lackey" \
         >"$WORK/$name.thin.lackey"
     "$MEMTIDE" convert --trace "$WORK/$name.thin.lackey" --format lackey \
@@ -227,8 +227,11 @@ PY
     server=$!
     # A server stopped at RAW_LIMIT resets the client's connection: the capture is then the
     # first part of the run, as for any program.
-    python3 "$WORK/client.py" "$port" "${KV_KEYS:-60000}" "${KV_OPS:-250000}" ||
+    if ! python3 "$WORK/client.py" "$port" "${KV_KEYS:-60000}" "${KV_OPS:-250000}"; then
         echo "capture: kv: the client ended early (above)" >&2
+        # It sent no SHUTDOWN: stop the server, or the wait below never ends.
+        pkill -f -- "--log-file=$WORK/kv.raw" || true
+    fi
     wait "$server" || true
     server=""
     finish kv 20000000 "$start"

@@ -145,6 +145,14 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
     if args.record_weight == Some(0) {
         bail!("--record-weight 0: a record stands for at least one access");
     }
+    if std::fs::canonicalize(&args.out).ok() == std::fs::canonicalize(&args.trace).ok()
+        && args.out.exists()
+    {
+        bail!(
+            "--out {} is the trace being read: choose another output file",
+            args.out.display()
+        );
+    }
     let spec = FileTrace {
         path: args.trace.clone(),
         format: args.format,
@@ -171,7 +179,9 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
 }
 
 /// Writes every record of `source` to `out` in the native format with `meta`'s header,
-/// compressed by the name's extension (.zst, .gz); returns the records written.
+/// compressed by the name's extension (.zst, .gz); returns the records written. The
+/// compressor's last frame is finished explicitly, so a full disk is an error, not a
+/// truncated trace.
 fn write_native(
     source: &mut dyn RecordSource,
     meta: &TraceMeta,
@@ -179,17 +189,33 @@ fn write_native(
 ) -> anyhow::Result<u64> {
     let file = File::create(out).with_context(|| format!("creating {}", out.display()))?;
     let name = out.to_string_lossy();
-    let sink: Box<dyn std::io::Write> = if name.ends_with(".zst") {
-        Box::new(zstd::stream::write::Encoder::new(file, 3)?.auto_finish())
+    let writing =
+        |e: std::io::Error| anyhow::Error::new(e).context(format!("writing {}", out.display()));
+    let file = BufWriter::with_capacity(1 << 16, file);
+    if name.ends_with(".zst") {
+        let sink = zstd::stream::write::Encoder::new(file, 3).map_err(writing)?;
+        let (records, sink) = copy_records(source, meta, sink)?;
+        sink.finish().map_err(writing)?.flush().map_err(writing)?;
+        Ok(records)
     } else if name.ends_with(".gz") {
-        Box::new(flate2::write::GzEncoder::new(
-            file,
-            flate2::Compression::default(),
-        ))
+        let sink = flate2::write::GzEncoder::new(file, flate2::Compression::default());
+        let (records, sink) = copy_records(source, meta, sink)?;
+        sink.finish().map_err(writing)?.flush().map_err(writing)?;
+        Ok(records)
     } else {
-        Box::new(file)
-    };
-    let mut w = NativeWriter::new(BufWriter::with_capacity(1 << 16, sink), meta)?;
+        let (records, mut sink) = copy_records(source, meta, file)?;
+        sink.flush().map_err(writing)?;
+        Ok(records)
+    }
+}
+
+/// Copies `source` into a native writer over `sink`; returns the records and the sink.
+fn copy_records<W: std::io::Write>(
+    source: &mut dyn RecordSource,
+    meta: &TraceMeta,
+    sink: W,
+) -> anyhow::Result<(u64, W)> {
+    let mut w = NativeWriter::new(sink, meta)?;
     let mut buf = Vec::with_capacity(8192);
     loop {
         buf.clear();
@@ -198,11 +224,8 @@ fn write_native(
         }
         w.write(&buf)?;
     }
-    let n = w.records();
-    let mut sink = w.finish()?;
-    sink.flush()
-        .with_context(|| format!("writing {}", out.display()))?;
-    Ok(n)
+    let records = w.records();
+    Ok((records, w.finish()?))
 }
 
 /// `memtide sim`.

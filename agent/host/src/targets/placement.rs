@@ -160,6 +160,9 @@ impl TierPlacement {
             }
             present_of_range.push(present);
         }
+        // A process that exited after pagemap was opened reads as all holes: say it exited
+        // rather than return an empty placement (move_pages, when asked, says so itself).
+        target.check_alive()?;
         let mut statuses = query_pages(target, &pages, QUERY_BATCH)?.into_iter();
         let not_present = PageStatus::Error(PageError::NotPresent);
         for (&(start, end), present) in ranges.iter().zip(present_of_range) {
