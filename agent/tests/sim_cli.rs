@@ -186,15 +186,18 @@ fn convert_writes_the_record_weight_into_the_native_header() {
     }
     std::fs::write(&lackey, text).unwrap();
     let native = dir.path().join("t.mt.zst");
-    let out = memtide(&[
-        "convert",
-        "--trace",
-        lackey.to_str().unwrap(),
-        "--record-weight",
-        "64",
-        "--out",
-        native.to_str().unwrap(),
-    ]);
+    let convert = |weight: &str| {
+        memtide(&[
+            "convert",
+            "--trace",
+            lackey.to_str().unwrap(),
+            "--record-weight",
+            weight,
+            "--out",
+            native.to_str().unwrap(),
+        ])
+    };
+    let out = convert("64");
     assert!(
         out.status.success(),
         "{}",
@@ -211,14 +214,6 @@ fn convert_writes_the_record_weight_into_the_native_header() {
     assert_eq!(converted["records"], 6000);
     assert_eq!(converted["footprint_bytes"], original["footprint_bytes"]);
     assert_eq!(converted["fast_hit_ratio"], original["fast_hit_ratio"]);
-    let refused = memtide(&[
-        "convert",
-        "--trace",
-        lackey.to_str().unwrap(),
-        "--record-weight",
-        "0",
-        "--out",
-        native.to_str().unwrap(),
-    ]);
+    let refused = convert("0");
     assert_eq!(refused.status.code(), Some(1), "a zero weight is refused");
 }

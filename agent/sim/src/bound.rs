@@ -19,11 +19,12 @@ use std::collections::HashMap;
 
 use crate::{
     model::TierModel,
+    oracle::most_accessed,
     policy::{Clock, SimPolicy},
     trace::TraceRecord,
 };
 use memtide_common::AccessSample;
-use memtide_core::units::{PAGE_SIZE, SUBPAGES, Tier};
+use memtide_core::units::{PAGE_SIZE, Tier};
 
 #[derive(Default)]
 pub struct Bound {
@@ -51,26 +52,12 @@ impl SimPolicy for Bound {
         for r in batch {
             *self.counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
         }
-        let capacity =
-            usize::try_from(model.fast_capacity_bytes() / PAGE_SIZE).unwrap_or(usize::MAX);
-        let mut pages: Vec<(u32, u64)> = self.counts.drain().map(|(page, n)| (n, page)).collect();
-        if pages.len() > capacity {
-            pages.select_nth_unstable_by(capacity, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            pages.truncate(capacity);
-        }
-        pages.sort_unstable_by_key(|&(_, page)| page);
-        let per_superpage = SUBPAGES as u64;
-        for pages in pages.chunk_by(|a, b| a.1 / per_superpage == b.1 / per_superpage) {
-            let sp = pages[0].1 / per_superpage;
+        let capacity = model.fast_capacity_bytes() / PAGE_SIZE;
+        for (sp, fast) in most_accessed(self.counts.drain(), capacity) {
             let idx = match model.find(sp) {
                 Some(idx) => idx,
                 None => model.map(sp, Tier::Slow),
             };
-            let mut fast = [0u64; 8];
-            for &(_, page) in pages {
-                let i = (page % per_superpage) as usize;
-                fast[i / 64] |= 1 << (i % 64);
-            }
             model.place_free(idx, fast);
             self.placed.push(idx);
         }

@@ -64,18 +64,9 @@ impl EpochOracle {
                 *counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
             }
         }
-        let mut pages: Vec<(u32, u64)> = counts.into_iter().map(|(p, c)| (c, p)).collect();
-        let cap = (cap_bytes / PAGE_SIZE) as usize;
-        if pages.len() > cap {
-            pages.select_nth_unstable_by(cap, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-            pages.truncate(cap);
-        }
         self.wanted.clear();
-        for (_, p) in pages {
-            let w = self.wanted.entry(p / SUBPAGES as u64).or_insert([0; 8]);
-            let i = (p % SUBPAGES as u64) as usize;
-            w[i / 64] |= 1 << (i % 64);
-        }
+        self.wanted
+            .extend(most_accessed(counts, cap_bytes / PAGE_SIZE));
         self.next_boundary += self.window;
         Ok(())
     }
@@ -150,6 +141,35 @@ impl EpochOracle {
             }
         }
     }
+}
+
+/// The `capacity` most-accessed pages of `counts` (accesses per 4 KiB page number; ties to
+/// the lower page), as a bit per page of each superpage they lie in, by superpage number: what
+/// a placement with foresight holds in the fast tier (the epoch oracle per epoch, the bound
+/// per batch).
+pub(crate) fn most_accessed(
+    counts: impl IntoIterator<Item = (u64, u32)>,
+    capacity: u64,
+) -> Vec<(u64, [u64; 8])> {
+    let mut pages: Vec<(u32, u64)> = counts.into_iter().map(|(page, n)| (n, page)).collect();
+    let capacity = usize::try_from(capacity).unwrap_or(usize::MAX);
+    if pages.len() > capacity {
+        pages.select_nth_unstable_by(capacity, |a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        pages.truncate(capacity);
+    }
+    pages.sort_unstable_by_key(|&(_, page)| page);
+    let per_superpage = SUBPAGES as u64;
+    pages
+        .chunk_by(|a, b| a.1 / per_superpage == b.1 / per_superpage)
+        .map(|pages| {
+            let mut fast = [0u64; 8];
+            for &(_, page) in pages {
+                let i = (page % per_superpage) as usize;
+                fast[i / 64] |= 1 << (i % 64);
+            }
+            (pages[0].1 / per_superpage, fast)
+        })
+        .collect()
 }
 
 impl SimPolicy for EpochOracle {

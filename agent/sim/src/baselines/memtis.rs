@@ -44,7 +44,7 @@ const COOLING: u64 = 2_000_000 * SAMPLE_PERIOD;
 const GAMMA: usize = 4;
 
 pub struct Memtis {
-    counts: SpMap<Box<[u16]>>,
+    counts: SpMap<Box<[u32]>>,
     /// Accesses the samples so far stand for (the sum of their weights).
     accesses: u64,
     hot_bin: u32,
@@ -89,11 +89,11 @@ impl Memtis {
             .flat_map(move |(idx, s)| {
                 let c = self.counts.get(&s.sp);
                 let v: Vec<(usize, Option<usize>, u32)> = if s.huge {
-                    let total = c.map_or(0, |c| c.iter().map(|&x| u32::from(x)).sum());
+                    let total = c.map_or(0, |c| c.iter().sum());
                     vec![(idx, None, total)]
                 } else {
                     (0..SUBPAGES)
-                        .map(|p| (idx, Some(p), c.map_or(0, |c| u32::from(c[p]))))
+                        .map(|p| (idx, Some(p), c.map_or(0, |c| c[p])))
                         .collect()
                 };
                 v
@@ -119,17 +119,14 @@ impl Memtis {
     }
 
     /// (samples, share of them on the top 512/γ² subpages).
-    fn skew(counts: &[u16]) -> (u64, f64) {
-        let total: u32 = counts.iter().map(|&c| u32::from(c)).sum();
+    fn skew(counts: &[u32]) -> (u64, f64) {
+        let total: u32 = counts.iter().sum();
         if total == 0 {
             return (0, 0.0);
         }
-        let mut v: Vec<u16> = counts.to_vec();
+        let mut v: Vec<u32> = counts.to_vec();
         v.sort_unstable_by(|a, b| b.cmp(a));
-        let top: u32 = v[..SUBPAGES / (GAMMA * GAMMA)]
-            .iter()
-            .map(|&c| u32::from(c))
-            .sum();
+        let top: u32 = v[..SUBPAGES / (GAMMA * GAMMA)].iter().copied().sum();
         (u64::from(total), f64::from(top) / f64::from(total))
     }
 }
@@ -144,7 +141,7 @@ impl SimPolicy for Memtis {
             let c = self
                 .counts
                 .entry(s.addr / SUPERPAGE_SIZE)
-                .or_insert_with(|| vec![0u16; SUBPAGES].into_boxed_slice());
+                .or_insert_with(|| vec![0u32; SUBPAGES].into_boxed_slice());
             let p = ((s.addr / PAGE_SIZE) % 512) as usize;
             c[p] = c[p].saturating_add(1);
             let before = self.accesses;
@@ -172,8 +169,8 @@ impl SimPolicy for Memtis {
             let mut huge: Vec<u32> = Vec::new();
             for s in model.superpages() {
                 if let Some(c) = self.counts.get(&s.sp) {
-                    base.extend(c.iter().map(|&x| u32::from(x)).filter(|&x| x > 0));
-                    huge.push(c.iter().map(|&x| u32::from(x)).sum());
+                    base.extend(c.iter().copied().filter(|&x| x > 0));
+                    huge.push(c.iter().sum());
                 }
             }
             let total: u64 = base.iter().map(|&x| u64::from(x)).sum();

@@ -57,18 +57,27 @@ impl Report<'_> {
         let mut every_trace = true;
         let mut hit_shares = Vec::new();
         for t in &self.real {
+            // A trace without its runs cannot be judged: the verdict does not hold.
             let (Some(m), Some(bound)) = (run(t, PolicyName::Memtide), run(t, PolicyName::Oracle))
             else {
+                every_trace = false;
                 continue;
             };
             let Some((best, best_time)) =
                 best_of(BASELINES.iter().filter_map(|&p| run(t, p).map(|r| (p, r))))
             else {
+                every_trace = false;
                 continue;
             };
             let ahead = m.relative_time <= best_time;
             every_trace &= ahead;
-            let share = m.fast_hit_ratio / bound.fast_hit_ratio.max(1e-9);
+            // `geomean` skips zeros: a memtide that hits nothing must pull the mean down, not
+            // drop out of it; a bound of zero leaves nothing to reach.
+            let share = if bound.fast_hit_ratio > 0.0 {
+                (m.fast_hit_ratio / bound.fast_hit_ratio).max(1e-6)
+            } else {
+                1.0
+            };
             hit_shares.push(share);
             let fp = self.footprints.get(t);
             let _ = write!(
