@@ -336,6 +336,15 @@ pub fn run(
     policy: &mut dyn SimPolicy,
     cfg: &SimConfig,
 ) -> Result<SimResult, TraceError> {
+    Ok(run_keeping_model(spec, policy, cfg)?.0)
+}
+
+/// [`run`], returning the tier model as the replay left it as well (final placement).
+pub fn run_keeping_model(
+    spec: &dyn TraceSpec,
+    policy: &mut dyn SimPolicy,
+    cfg: &SimConfig,
+) -> Result<(SimResult, TierModel), TraceError> {
     let fp = match cfg.footprint {
         Some(f) => f,
         None => measure_footprint(spec)?,
@@ -390,7 +399,8 @@ pub fn run(
         samples: stream.sampler.samples,
         skipped_lines: src.skipped(),
     };
-    Ok(replay.result(policy, &model, &acct))
+    let result = replay.result(policy, &model, &acct);
+    Ok((result, model))
 }
 
 /// What a finished replay reports besides the model and the accounting.

@@ -57,6 +57,11 @@ pub enum Workload {
     PointerChase,
     /// Phases alternating a sparse-random phase and a streaming phase on separate data (cg, ua).
     Phases,
+    /// The VM suite's promotion workload (agent/tests/vm/promotion.rs): every page written once
+    /// in order, then a hot subset of F/8 starting at 7F/16 read and written, one word per page
+    /// per pass, the rest never touched again. Not in the suite's matrix: it calibrates the
+    /// DAMON model against the real DAMON in the VM (`baselines::damon::vm_calibration`).
+    HotSubset,
 }
 
 impl Workload {
@@ -94,6 +99,18 @@ impl Workload {
             Self::BwMultistream => "bw-multistream",
             Self::PointerChase => "pointer-chase",
             Self::Phases => "phases",
+            Self::HotSubset => "hot-subset",
+        }
+    }
+
+    /// Accesses one record stands for: [`RECORD_WEIGHT`] misses, except in `hot-subset`,
+    /// whose records are the VM workload's accesses one by one (so that a pass over its hot
+    /// subset takes as long as DAMON's checks need it to).
+    #[must_use]
+    pub const fn record_weight(self) -> u32 {
+        match self {
+            Self::HotSubset => 1,
+            _ => RECORD_WEIGHT,
         }
     }
 
@@ -163,7 +180,7 @@ impl Generator {
         let mut g = Self {
             spec: GenSpec { footprint, ..spec },
             meta: TraceMeta {
-                record_weight: RECORD_WEIGHT,
+                record_weight: spec.workload.record_weight(),
                 mlp: spec.workload.mlp(),
                 footprint_hint: footprint,
                 past_caches: true,
@@ -423,6 +440,16 @@ impl Generator {
                     TraceRecord::load(self.sweep(f / 2 + (phase / 2 % 4) * window, window, k))
                 }
             }
+            Workload::HotSubset => {
+                let k = self.cursor;
+                self.cursor += 1;
+                if k < self.pages {
+                    return TraceRecord::store(self.addr(k, 0));
+                }
+                let (first, len) = (self.pages * 7 / 16, (self.pages / 8).max(1));
+                let a = self.addr(first + (k - self.pages) % len, 0);
+                rmw(self, a)
+            }
         }
     }
 }
@@ -513,6 +540,15 @@ mod tests {
         let p = gen_all(Workload::PointerChase, 10_000);
         let lines: HashSet<u64> = p.iter().map(|r| r.addr).collect();
         assert_eq!(lines.len(), 10_000);
+        // hot-subset writes each page once, then read-modify-writes F/8 of them from 7F/16.
+        let pages = 64 << 20 >> 12;
+        let h = gen_all(Workload::HotSubset, 30_000);
+        assert!(h[..pages].iter().all(TraceRecord::is_write));
+        let first: HashSet<u64> = h[..pages].iter().map(|r| r.addr >> 12).collect();
+        assert_eq!(first.len(), pages);
+        let hot: HashSet<u64> = h[pages..].iter().map(|r| (r.addr - BASE) >> 12).collect();
+        assert_eq!(hot.len() as u64, pages as u64 / 8);
+        assert_eq!(hot.iter().min(), Some(&(pages as u64 * 7 / 16)));
     }
 
     #[test]

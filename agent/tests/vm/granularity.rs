@@ -42,28 +42,6 @@ fn anon_huge_bytes(pid: u32) -> u64 {
         * 1024
 }
 
-/// The bytes DAMON's vaddr monitoring spans for `pid`: from its first mapping to its last,
-/// less the two widest unmapped gaps (DAMON's "three regions"). DAMON's regions never grow past
-/// this span divided by `min_regions`, so the span sets how finely DAMON can resolve hot pages.
-fn damon_span(pid: u32) -> u64 {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
-    let ranges: Vec<(u64, u64)> = maps
-        .lines()
-        .filter(|l| !l.ends_with("[vsyscall]"))
-        .filter_map(|l| {
-            let (start, end) = l.split_whitespace().next()?.split_once('-')?;
-            Some((
-                u64::from_str_radix(start, 16).ok()?,
-                u64::from_str_radix(end, 16).ok()?,
-            ))
-        })
-        .collect();
-    let mut gaps: Vec<u64> = ranges.windows(2).map(|w| w[1].0 - w[0].1).collect();
-    gaps.sort_unstable_by(|a, b| b.cmp(a));
-    let whole = ranges.last().map_or(0, |l| l.1) - ranges.first().map_or(0, |f| f.0);
-    whole - gaps.iter().take(2).sum::<u64>()
-}
-
 /// Runs an agent with `extra` configuration on `w` until `done(w, epochs)` holds for three
 /// epochs in a row or `EPOCH_BOUND` epochs pass; returns the epochs it took (None: never) and
 /// the agent's /metrics at the end.
@@ -184,7 +162,7 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
         0,
         "the sparse workload has no THP"
     );
-    let span = damon_span(sparse.pid);
+    let span = tiering::damon_span(sparse.pid);
     eprintln!(
         "granularity: sparse: DAMON monitors {} MiB of the workload's address space: regions of at most {} KiB",
         span >> 20,

@@ -222,3 +222,37 @@ pub(crate) fn mib(pages: u64) -> f64 {
     let mib = (pages * PAGE) as f64 / f64::from(1 << 20);
     mib
 }
+
+/// The bytes DAMON's vaddr monitoring spans for `pid`: from its first mapping to its last,
+/// less the two widest unmapped gaps (DAMON's "three regions"). DAMON's regions never grow past
+/// this span divided by `min_regions`, so the span sets how finely DAMON can resolve hot pages.
+pub(crate) fn damon_span(pid: u32) -> u64 {
+    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
+    let ranges: Vec<(u64, u64)> = maps
+        .lines()
+        .filter(|l| !l.ends_with("[vsyscall]"))
+        .filter_map(|l| {
+            let (start, end) = l.split_whitespace().next()?.split_once('-')?;
+            Some((
+                u64::from_str_radix(start, 16).ok()?,
+                u64::from_str_radix(end, 16).ok()?,
+            ))
+        })
+        .collect();
+    let mut gaps: Vec<u64> = ranges.windows(2).map(|w| w[1].0 - w[0].1).collect();
+    gaps.sort_unstable_by(|a, b| b.cmp(a));
+    let whole = ranges.last().map_or(0, |l| l.1) - ranges.first().map_or(0, |f| f.0);
+    whole - gaps.iter().take(2).sum::<u64>()
+}
+
+/// DAMON settings (`[sources.damon]` TOML) under which no region of `pid`'s monitored span
+/// grows past `region_bytes`: DAMON caps a region at the span divided by `min_regions`, and
+/// splits its regions at random points, so the cap is how far a region can reach from hot
+/// pages into cold ones. `max_regions` is twice the minimum, room for DAMON to split.
+pub(crate) fn damon_resolution(pid: u32, region_bytes: u64) -> String {
+    let min_regions = damon_span(pid).div_ceil(region_bytes).max(10);
+    format!(
+        "[sources.damon]\nmin_regions = {min_regions}\nmax_regions = {}\n",
+        2 * min_regions
+    )
+}

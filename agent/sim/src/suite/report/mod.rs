@@ -5,6 +5,7 @@
 //! tables and plots ([`tables`]), the real programs ([`real`]), and the diagnosis of where
 //! memtide falls short ([`diagnostics`]).
 
+mod calibration;
 mod checks;
 mod diagnostics;
 mod real;
@@ -79,6 +80,9 @@ impl Report<'_> {
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
         o.push_str(&vm_comparison(&self.args.out));
+        if let Ok(table) = std::fs::read_to_string(vm_comparison_path(&self.args.out)) {
+            o.push_str(&calibration::damon_calibration(&table, self.base)?);
+        }
         o.push_str(NOTES);
         Ok(o)
     }
@@ -103,12 +107,15 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "**holds**" } else { "**does not hold**" }
 }
 
+fn vm_comparison_path(out: &Path) -> std::path::PathBuf {
+    out.join("evaluation").join("vm-comparison.md")
+}
+
 /// The measured (not simulated) comparison from the two-node VM suite, if
 /// `<out>/evaluation/vm-comparison.md` exists: the table `vm/test.sh vm::compare` writes to
 /// target/vm/vm-comparison.md, copied there.
 fn vm_comparison(out: &Path) -> String {
-    let path = out.join("evaluation").join("vm-comparison.md");
-    match std::fs::read_to_string(&path) {
+    match std::fs::read_to_string(vm_comparison_path(out)) {
         Ok(table) => format!(
             "\n## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot\n\n\
              Measured, not simulated: the VM suite's comparison test \
