@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use crate::{
     model::{SpMap, TierModel},
     policy::{Clock, SimPolicy},
+    sampler::LineFilter,
     trace::{RecordSource, TraceError, TraceRecord, TraceSpec},
 };
 use memtide_common::AccessSample;
@@ -22,7 +23,9 @@ use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
 
 pub struct EpochOracle {
     ahead: Box<dyn RecordSource>,
-    /// Records per epoch.
+    /// The replay's last-level cache over the look-ahead (none for traces past the caches).
+    llc: Option<LineFilter>,
+    /// Records reaching memory per epoch.
     window: u64,
     next_boundary: u64,
     /// Pages wanted in the fast tier this epoch, per superpage.
@@ -37,8 +40,10 @@ impl EpochOracle {
         window: u64,
         fast_capacity_bytes: u64,
     ) -> Result<Self, TraceError> {
+        let ahead = spec.open()?;
         let mut o = Self {
-            ahead: spec.open()?,
+            llc: LineFilter::l3(ahead.meta()),
+            ahead,
             window: window.max(1),
             next_boundary: 0,
             wanted: SpMap::default(),
@@ -59,9 +64,13 @@ impl EpochOracle {
                 self.done = true;
                 break;
             }
-            left -= n as u64;
+            // The window and the counts are in records that reach memory, as the replay's
+            // clock and hits are (`run::Llc`, the same model over the same stream).
             for r in &buf {
-                *counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
+                if self.llc.as_mut().is_none_or(|llc| llc.passes(r.addr)) {
+                    *counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
+                    left -= 1;
+                }
             }
         }
         self.wanted.clear();

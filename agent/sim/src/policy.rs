@@ -25,7 +25,7 @@ use memtide_core::{
 pub struct Clock {
     /// Simulated time.
     pub now: Duration,
-    /// Records replayed so far.
+    /// Records replayed so far that reached memory (past the LLC model, `run::Llc`).
     pub records: u64,
 }
 

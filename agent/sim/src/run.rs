@@ -14,7 +14,7 @@ use serde::Serialize;
 use super::{
     model::{Migrations, Preset, TierModel},
     policy::{Clock, SimPolicy},
-    sampler::{Collected, FilterCounter, FilterCounts, SIM_PID, Sampler, SamplerName},
+    sampler::{Collected, FilterCounter, FilterCounts, LineFilter, SIM_PID, Sampler, SamplerName},
     trace::{TraceError, TraceMeta, TraceRecord, TraceSpec},
 };
 use memtide_common::AccessSample;
@@ -138,6 +138,9 @@ pub struct SimResult {
     pub trace: String,
     pub preset: &'static str,
     pub records: u64,
+    /// Records that reached memory: past the LLC model for traces whose records include cache
+    /// hits (lackey's), all of them otherwise. The hit ratios and the clock count these.
+    pub memory_records: u64,
     pub record_weight: u32,
     pub mlp: u32,
     pub footprint_bytes: u64,
@@ -195,6 +198,8 @@ struct Accounting {
     win: Window,
     time_ns: f64,
     all_fast_ns: f64,
+    /// Records replayed, and those of them that reached memory (past the LLC model).
+    replayed: u64,
     records: u64,
     hits: u64,
     writes: u64,
@@ -213,6 +218,7 @@ impl Accounting {
             win: Window::default(),
             time_ns: 0.0,
             all_fast_ns: 0.0,
+            replayed: 0,
             records: 0,
             hits: 0,
             writes: 0,
@@ -293,8 +299,8 @@ impl SampleStream {
         }
     }
 
-    fn offer(&mut self, r: &TraceRecord, first_touch: bool) {
-        if let Some(sample) = self.sampler.sample(r, first_touch) {
+    fn offer(&mut self, r: &TraceRecord, first_touch: bool, past_llc: bool) {
+        if let Some(sample) = self.sampler.sample(r, first_touch, past_llc) {
             self.router.push(sample);
         }
     }
@@ -304,6 +310,75 @@ impl SampleStream {
         self.router.flush();
         out.clear();
         self.delivered.drain_into(out);
+    }
+}
+
+/// The last-level cache between a program and its memory, for traces whose records include
+/// the accesses the caches serve (lackey's): only what misses it reaches a tier, costs a
+/// tier's latency and advances the policies' clock (whose `access_ns` is the time a program
+/// spends per memory access, compute and cache hits included). The model is the samplers'
+/// 32 MiB L3 ([`LineFilter`]), in record units. Page-table policies still see every record
+/// (an access sets the accessed bit whether or not its line was cached); the `ideal` sampler
+/// and the bound see the misses.
+struct Llc {
+    filter: Option<LineFilter>,
+    /// The batch's records that reached memory, when some did not.
+    reached: Vec<bool>,
+    memory: Vec<TraceRecord>,
+}
+
+/// Which records of one batch reached memory.
+enum Reached<'a> {
+    All,
+    Some {
+        reached: &'a [bool],
+        memory: &'a [TraceRecord],
+    },
+}
+
+impl Llc {
+    fn new(meta: &TraceMeta) -> Self {
+        Self {
+            filter: LineFilter::l3(meta),
+            reached: Vec::with_capacity(BATCH),
+            memory: Vec::with_capacity(BATCH),
+        }
+    }
+
+    fn filter(&mut self, batch: &[TraceRecord]) -> Reached<'_> {
+        let Some(filter) = self.filter.as_mut() else {
+            return Reached::All;
+        };
+        self.reached.clear();
+        self.memory.clear();
+        for r in batch {
+            let miss = filter.passes(r.addr);
+            self.reached.push(miss);
+            if miss {
+                self.memory.push(*r);
+            }
+        }
+        Reached::Some {
+            reached: &self.reached,
+            memory: &self.memory,
+        }
+    }
+}
+
+impl Reached<'_> {
+    fn reached(&self, i: usize) -> bool {
+        match self {
+            Self::All => true,
+            Self::Some { reached, .. } => reached[i],
+        }
+    }
+
+    /// The batch's records that reached memory.
+    fn records<'b>(&'b self, batch: &'b [TraceRecord]) -> &'b [TraceRecord] {
+        match self {
+            Self::All => batch,
+            Self::Some { memory, .. } => memory,
+        }
     }
 }
 
@@ -353,17 +428,19 @@ pub fn run_keeping_model(
     let mut model = TierModel::new(cfg.preset, fast_bytes);
     let mut src = spec.open()?;
     let meta = src.meta().clone();
-    let timeline_every = (fp.records / cfg.timeline_points.max(1) as u64).max(1);
+    // The timeline's windows, like the hit ratio, count the records that reached memory.
+    let timeline_every = (fp.filters.past_l3 / cfg.timeline_points.max(1) as u64).max(1);
     let mut acct = Accounting::new(cfg.preset, &meta, timeline_every);
     let mut stream = SampleStream::new(Sampler::new(
         cfg.sampler,
         cfg.sample_rate,
         &meta,
         cfg.seed,
-        fp.records,
+        fp.filters.past_l3,
         fp.filters,
     ));
     let mut batch = Vec::with_capacity(BATCH);
+    let mut llc = Llc::new(&meta);
     let mut samples = Vec::with_capacity(BATCH);
     let mut last: (u64, usize) = (u64::MAX, 0);
     loop {
@@ -371,13 +448,18 @@ pub fn run_keeping_model(
         if src.fill(&mut batch, BATCH)? == 0 {
             break;
         }
-        policy.before_batch(&batch, &mut model);
-        for r in &batch {
+        let memory = llc.filter(&batch);
+        policy.before_batch(memory.records(&batch), &mut model);
+        for (i, r) in batch.iter().enumerate() {
             let (idx, first_touch) = locate(&mut model, policy, &mut last, r);
             let page = ((r.addr / PAGE_SIZE) % 512) as usize;
             let (fast, huge) = model.touch(idx, page);
-            acct.access(fast, huge, r.is_write());
-            stream.offer(r, first_touch);
+            let past_llc = memory.reached(i);
+            acct.replayed += 1;
+            if past_llc {
+                acct.access(fast, huge, r.is_write());
+            }
+            stream.offer(r, first_touch, past_llc);
         }
         stream.take(&mut samples);
         let clock = Clock {
@@ -430,7 +512,8 @@ impl Replay<'_> {
             policy: policy.name(),
             trace: self.spec.name(),
             preset: self.cfg.preset.name.name(),
-            records,
+            records: acct.replayed,
+            memory_records: records,
             record_weight: self.meta.record_weight,
             mlp: self.meta.mlp,
             footprint_bytes: self.fp.bytes,
@@ -524,6 +607,36 @@ mod tests {
         simulate,
         workload::{GenSpec, Workload},
     };
+
+    /// Records that a cache serves reach no tier: of a line read 1,000 times only the first
+    /// read counts, costs and advances the clock; past the caches every record does.
+    #[test]
+    fn only_records_past_the_llc_reach_a_tier() {
+        let base = crate::workload::BASE;
+        let mut records = vec![TraceRecord::load(base); 1000];
+        records.extend((1..=1000).map(|i| TraceRecord::load(base + i * PAGE_SIZE)));
+        let trace = |past_caches| MemTrace {
+            name: "reuse".into(),
+            records: Arc::new(records.clone()),
+            meta: TraceMeta {
+                past_caches,
+                ..TraceMeta::default()
+            },
+        };
+        let cfg = SimConfig::new(PresetName::Pmem.preset());
+        let all = simulate(&trace(false), PolicyName::NoMigration, &cfg).unwrap();
+        assert_eq!((all.records, all.memory_records), (2000, 1001));
+        let past = simulate(&trace(true), PolicyName::NoMigration, &cfg).unwrap();
+        assert_eq!((past.records, past.memory_records), (2000, 2000));
+        assert!(
+            all.simulated_clock_s < past.simulated_clock_s * 0.6,
+            "{all:?}"
+        );
+        assert!(
+            all.projected_time_s < past.projected_time_s * 0.6,
+            "{all:?}"
+        );
+    }
 
     fn spec(w: Workload, records: u64) -> GenSpec {
         GenSpec {

@@ -5,8 +5,9 @@
 //! A trace record stands for `record_weight` accesses, cache hits included (lackey sees every
 //! access; the synthetic workloads' records stand for LLC misses). The samplers:
 //!
-//! - `ideal`: every record is a sample with probability 1/N (`--sample-rate N`), with its own
-//!   load/store kind and a weight of `N × record_weight`. What an unbiased PMU would give.
+//! - `ideal`: every record that reaches memory (past the replay's LLC model, `run::Llc`) is a
+//!   sample with probability 1/N (`--sample-rate N`), with its own load/store kind and a
+//!   weight of `N × record_weight`. What an unbiased PMU counting memory accesses would give.
 //! - `pebs`: Intel PEBS as memtide opens it: `mem-loads` behind the `ldlat` filter (30 cycles:
 //!   loads that miss L2) and `mem-stores` with no filter, at periods whose ratio is the agent's
 //!   defaults (64,000 loads to 1,600,000 stores, one store sample per 25 load samples' worth of
@@ -112,8 +113,8 @@ impl LineFilter {
         (!meta.past_caches).then(|| Self::new(L2_LINES, meta.record_weight))
     }
 
-    /// The `l3missonly` filter likewise.
-    fn l3(meta: &TraceMeta) -> Option<Self> {
+    /// The `l3missonly` filter likewise, and the replay's last-level cache.
+    pub(crate) fn l3(meta: &TraceMeta) -> Option<Self> {
         (!meta.past_caches).then(|| Self::new(L3_LINES, meta.record_weight))
     }
 
@@ -194,8 +195,9 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler for a trace of `records` records whose filters passed `counts`, at one sample
-    /// per `sample_rate` records on average (not `swfault`).
+    /// A sampler for a trace of `records` records reaching memory (past the replay's LLC
+    /// model) whose filters passed `counts`, at one sample per `sample_rate` of those records
+    /// on average (not `swfault`).
     #[must_use]
     pub fn new(
         name: SamplerName,
@@ -246,11 +248,17 @@ impl Sampler {
     }
 
     /// The sample the source delivers for `r`, if any. `first_touch`: the record is the first
-    /// access to its superpage (where the process faults).
-    pub fn sample(&mut self, r: &TraceRecord, first_touch: bool) -> Option<AccessSample> {
+    /// access to its superpage (where the process faults); `past_llc`: it reached memory, the
+    /// accesses `ideal` samples (PEBS and IBS apply their own cache filters).
+    pub fn sample(
+        &mut self,
+        r: &TraceRecord,
+        first_touch: bool,
+        past_llc: bool,
+    ) -> Option<AccessSample> {
         let (kind, weight, source) = match self.name {
             SamplerName::Ideal => {
-                if self.rate > 1 && self.rng.below(self.rate) != 0 {
+                if !past_llc || (self.rate > 1 && self.rng.below(self.rate) != 0) {
                     return None;
                 }
                 (r.kind, self.rate * self.record_weight, SampleSource::Pebs)
@@ -361,7 +369,7 @@ mod tests {
         meta: &TraceMeta,
     ) -> Vec<AccessSample> {
         let mut s = Sampler::new(name, 8, meta, 1, rs.len() as u64, counts(rs, meta));
-        rs.iter().filter_map(|r| s.sample(r, false)).collect()
+        rs.iter().filter_map(|r| s.sample(r, false, true)).collect()
     }
 
     fn delivered(name: SamplerName, rs: &[TraceRecord]) -> Vec<AccessSample> {
@@ -461,8 +469,8 @@ mod tests {
             FilterCounts::default(),
         );
         let r = TraceRecord::load(0x20_0000);
-        assert!(s.sample(&r, false).is_none());
-        let sample = s.sample(&r, true).expect("a fault");
+        assert!(s.sample(&r, false, true).is_none());
+        let sample = s.sample(&r, true, true).expect("a fault");
         assert_eq!((sample.weight, sample.kind), (1, AccessKind::Unknown as u8));
     }
 }
