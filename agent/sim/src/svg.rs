@@ -1,4 +1,6 @@
-//! Hand-written SVG line charts (no plotting dependency).
+//! Hand-written SVG charts (no plotting dependency): line charts over a numeric x, and dot
+//! plots of one value per category and series. Ticks fall on round numbers (1, 2 or 5 × 10^k);
+//! a y axis whose data spans more than [`LOG_SPAN`] times is drawn on a log scale.
 
 use std::fmt::Write as _;
 
@@ -12,8 +14,14 @@ const COLORS: [&str; 12] = [
     "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
     "#bcbd22", "#17becf", "#000000", "#aec7e8",
 ];
+/// Largest over smallest value beyond which a y axis is logarithmic.
+pub const LOG_SPAN: f64 = 5.0;
+/// Roughly this many ticks per axis.
+const TICKS: f64 = 5.0;
+/// Width of one character of the 9 px category labels, px (for the room they need).
+const LABEL_CHAR: f64 = 5.5;
 
-/// One named series of (x, y) points.
+/// One named series of (x, y) points. In a dot plot x is the category's index.
 pub struct Series {
     pub name: String,
     pub points: Vec<(f64, f64)>,
@@ -25,169 +33,337 @@ fn esc(s: &str) -> String {
         .replace('>', "&gt;")
 }
 
-/// The plot area and the data range it shows.
-struct Frame {
-    x0: f64,
-    x1: f64,
-    y0: f64,
-    y1: f64,
+/// A tick value as a label: as few decimals as its step needs.
+fn tick_label(v: f64, step: f64) -> String {
+    let decimals = if step >= 1.0 {
+        0
+    } else {
+        (-step.log10().floor()) as usize
+    };
+    format!("{v:.decimals$}")
 }
 
-/// Width and height of the plot area.
-const PW: f64 = W - LEFT - RIGHT;
-const PH: f64 = H - TOP - BOTTOM;
+/// The round step (1, 2 or 5 × 10^k) that cuts `span` into about [`TICKS`] parts.
+fn round_step(span: f64) -> f64 {
+    let raw = span / TICKS;
+    let magnitude = 10f64.powf(raw.log10().floor());
+    let step = [1.0, 2.0, 5.0, 10.0]
+        .into_iter()
+        .find(|m| raw <= m * magnitude * (1.0 + 1e-9))
+        .unwrap_or(10.0);
+    step * magnitude
+}
 
-impl Frame {
-    /// The range of every finite point, with y from 0 and 5 % of headroom above.
-    fn fitting(series: &[Series]) -> Self {
-        let pts = series.iter().flat_map(|s| s.points.iter());
-        let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
-        for &(x, y) in pts {
-            if x.is_finite() && y.is_finite() {
-                x0 = x0.min(x);
-                x1 = x1.max(x);
-                y0 = y0.min(y);
-                y1 = y1.max(y);
-            }
+/// One axis: its range, scale and ticks.
+#[derive(Clone, Debug)]
+struct Axis {
+    lo: f64,
+    hi: f64,
+    log: bool,
+    /// (value, label) of each tick.
+    ticks: Vec<(f64, String)>,
+}
+
+impl Axis {
+    /// A linear axis over `[lo, hi]` widened to round ticks.
+    fn linear(lo: f64, hi: f64) -> Self {
+        let (lo, hi) = if hi - lo < 1e-12 {
+            (lo, lo + 1.0)
+        } else {
+            (lo, hi)
+        };
+        let step = round_step(hi - lo);
+        let (first, last) = ((lo / step).floor(), (hi / step).ceil());
+        let ticks = (first as i64..=last as i64)
+            .map(|k| {
+                let v = k as f64 * step;
+                (v, tick_label(v, step))
+            })
+            .collect();
+        Self {
+            lo: first * step,
+            hi: last * step,
+            log: false,
+            ticks,
         }
-        if x0 > x1 {
-            (x0, x1, y0, y1) = (0.0, 1.0, 0.0, 1.0);
-        }
-        y0 = y0.min(0.0);
-        if (y1 - y0).abs() < 1e-12 {
-            y1 = y0 + 1.0;
-        }
-        y1 += (y1 - y0) * 0.05;
-        if (x1 - x0).abs() < 1e-12 {
-            x1 = x0 + 1.0;
-        }
-        Self { x0, x1, y0, y1 }
     }
 
-    fn sx(&self, x: f64) -> f64 {
-        LEFT + (x - self.x0) / (self.x1 - self.x0) * PW
+    /// A log axis over positive `[lo, hi]`, ticks at 1, 2 and 5 × 10^k.
+    fn log(lo: f64, hi: f64) -> Self {
+        let (k0, k1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        let mut ticks = Vec::new();
+        for k in k0..=k1 {
+            for m in [1.0, 2.0, 5.0] {
+                let v = m * 10f64.powi(k);
+                if v >= lo * (1.0 - 1e-9) && v <= hi * (1.0 + 1e-9) {
+                    ticks.push((v, tick_label(v, 10f64.powi(k))));
+                }
+            }
+        }
+        // The range runs from the tick at or below `lo` to the one at or above `hi`.
+        let below = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .map(|m| m * 10f64.powi(k0))
+            .rfind(|&v| v <= lo)
+            .unwrap_or(10f64.powi(k0));
+        let above = [1.0, 2.0, 5.0, 10.0]
+            .into_iter()
+            .map(|m| m * 10f64.powi(hi.log10().floor() as i32))
+            .find(|&v| v >= hi)
+            .unwrap_or(10f64.powi(k1));
+        for v in [below, above] {
+            if !ticks.iter().any(|(t, _)| (t - v).abs() < v * 1e-9) {
+                ticks.push((v, tick_label(v, 10f64.powf(v.log10().floor()))));
+            }
+        }
+        ticks.sort_by(|a, b| a.0.total_cmp(&b.0));
+        Self {
+            lo: below,
+            hi: above,
+            log: true,
+            ticks,
+        }
+    }
+
+    /// The y axis for `values`: from 0 (linear) or log when they span more than [`LOG_SPAN`].
+    fn for_values(values: impl Iterator<Item = f64>) -> Self {
+        let (mut lo, mut hi) = (f64::MAX, f64::MIN);
+        for v in values.filter(|v| v.is_finite()) {
+            lo = lo.min(v);
+            hi = hi.max(v);
+        }
+        if lo > hi {
+            return Self::linear(0.0, 1.0);
+        }
+        if lo > 0.0 && hi / lo > LOG_SPAN {
+            Self::log(lo, hi)
+        } else {
+            Self::linear(lo.min(0.0), hi)
+        }
+    }
+
+    /// Where `v` falls on the axis, 0 at `lo` and 1 at `hi`.
+    fn fraction(&self, v: f64) -> f64 {
+        if self.log {
+            (v.ln() - self.lo.ln()) / (self.hi.ln() - self.lo.ln())
+        } else {
+            (v - self.lo) / (self.hi - self.lo)
+        }
+    }
+}
+
+/// The canvas: its size, margins and the two axes.
+struct Frame {
+    height: f64,
+    bottom: f64,
+    y: Axis,
+}
+
+impl Frame {
+    fn plot_height(&self) -> f64 {
+        self.height - TOP - self.bottom
+    }
+
+    fn plot_width() -> f64 {
+        W - LEFT - RIGHT
     }
 
     fn sy(&self, y: f64) -> f64 {
-        TOP + PH - (y - self.y0) / (self.y1 - self.y0) * PH
+        TOP + self.plot_height() * (1.0 - self.y.fraction(y))
     }
 
-    /// Grid, tick labels, frame and axis titles.
-    fn axes(&self, o: &mut String, x_label: &str, y_label: &str, x_labels: Option<&[String]>) {
-        for i in 0..=5 {
-            let y = self.y0 + (self.y1 - self.y0) * f64::from(i) / 5.0;
-            let py = self.sy(y);
+    fn open(&self, o: &mut String, title: &str) {
+        let h = self.height;
+        let _ = writeln!(
+            o,
+            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{h}" viewBox="0 0 {W} {h}" font-family="sans-serif" font-size="11">"#
+        );
+        let _ = writeln!(o, r#"<rect width="{W}" height="{h}" fill="white"/>"#);
+        let _ = writeln!(
+            o,
+            r#"<text x="{}" y="18" text-anchor="middle" font-size="13">{}</text>"#,
+            LEFT + Self::plot_width() / 2.0,
+            esc(title)
+        );
+    }
+
+    /// The y grid and tick labels, the frame, and the axis titles.
+    fn axes(&self, o: &mut String, x_label: &str, y_label: &str) {
+        let (pw, ph) = (Self::plot_width(), self.plot_height());
+        for (v, label) in &self.y.ticks {
+            let py = self.sy(*v);
             let _ = writeln!(
                 o,
-                r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{y:.2}</text>"##,
-                LEFT + PW,
+                r##"<line x1="{LEFT}" y1="{py:.1}" x2="{:.1}" y2="{py:.1}" stroke="#ddd"/><text x="{:.1}" y="{:.1}" text-anchor="end">{label}</text>"##,
+                LEFT + pw,
                 LEFT - 4.0,
                 py + 4.0
             );
         }
-        match x_labels {
-            Some(labels) => {
-                for (i, l) in labels.iter().enumerate() {
-                    let px = self.sx(i as f64);
-                    let _ = writeln!(
-                        o,
-                        r#"<text x="{px:.1}" y="{:.1}" text-anchor="end" transform="rotate(-35 {px:.1} {:.1})" font-size="9">{}</text>"#,
-                        TOP + PH + 12.0,
-                        TOP + PH + 12.0,
-                        esc(l)
-                    );
-                }
-            }
-            None => {
-                for i in 0..=5 {
-                    let x = self.x0 + (self.x1 - self.x0) * f64::from(i) / 5.0;
-                    let _ = writeln!(
-                        o,
-                        r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{x:.2}</text>"#,
-                        self.sx(x),
-                        TOP + PH + 15.0
-                    );
-                }
-            }
-        }
         let _ = writeln!(
             o,
-            r#"<rect x="{LEFT}" y="{TOP}" width="{PW}" height="{PH}" fill="none" stroke="black"/>"#
+            r#"<rect x="{LEFT}" y="{TOP}" width="{pw}" height="{ph}" fill="none" stroke="black"/>"#
         );
         let _ = writeln!(
             o,
             r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{}</text>"#,
-            LEFT + PW / 2.0,
-            H - 4.0,
+            LEFT + pw / 2.0,
+            self.height - 4.0,
             esc(x_label)
         );
+        let scale = if self.y.log { " (log scale)" } else { "" };
         let _ = writeln!(
             o,
-            r#"<text x="14" y="{:.1}" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}</text>"#,
-            TOP + PH / 2.0,
-            TOP + PH / 2.0,
+            r#"<text x="14" y="{:.1}" text-anchor="middle" transform="rotate(-90 14 {:.1})">{}{scale}</text>"#,
+            TOP + ph / 2.0,
+            TOP + ph / 2.0,
             esc(y_label)
         );
     }
 
-    /// Series `i`: its line, its markers when there are few points, and its legend entry.
-    fn series(&self, o: &mut String, i: usize, s: &Series) {
+    /// Legend entry `i`.
+    fn legend(o: &mut String, i: usize, name: &str, line: bool) {
         let c = COLORS[i % COLORS.len()];
-        let path: Vec<String> = s
-            .points
-            .iter()
-            .filter(|(x, y)| x.is_finite() && y.is_finite())
-            .map(|&(x, y)| format!("{:.1},{:.1}", self.sx(x), self.sy(y)))
-            .collect();
-        let _ = writeln!(
-            o,
-            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
-            path.join(" ")
-        );
-        if s.points.len() <= 40 {
-            for p in &path {
-                let (px, py) = p.split_once(',').unwrap_or(("0", "0"));
-                let _ = writeln!(o, r#"<circle cx="{px}" cy="{py}" r="2.5" fill="{c}"/>"#);
-            }
-        }
         let ly = TOP + 12.0 + i as f64 * 15.0;
-        let lx = LEFT + PW + 10.0;
+        let lx = LEFT + Self::plot_width() + 10.0;
+        if line {
+            let _ = write!(
+                o,
+                r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/>"#,
+                lx + 18.0
+            );
+        } else {
+            let _ = write!(
+                o,
+                r#"<circle cx="{}" cy="{ly}" r="3.5" fill="{c}"/>"#,
+                lx + 9.0
+            );
+        }
         let _ = writeln!(
             o,
-            r#"<line x1="{lx}" y1="{ly}" x2="{}" y2="{ly}" stroke="{c}" stroke-width="2"/><text x="{}" y="{}">{}</text>"#,
-            lx + 18.0,
+            r#"<text x="{}" y="{}">{}</text>"#,
             lx + 22.0,
             ly + 4.0,
-            esc(&s.name)
+            esc(name)
         );
     }
 }
 
-/// A line chart with markers and a legend. `x_labels`, when given, label integer x positions.
+/// A line chart with markers and a legend, over a numeric x.
 #[must_use]
-pub fn line_chart(
-    title: &str,
-    x_label: &str,
-    y_label: &str,
-    series: &[Series],
-    x_labels: Option<&[String]>,
-) -> String {
-    let frame = Frame::fitting(series);
+pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite();
+    let points = || {
+        series
+            .iter()
+            .flat_map(|s| s.points.iter().copied().filter(finite))
+    };
+    let frame = Frame {
+        height: H,
+        bottom: BOTTOM,
+        y: Axis::for_values(points().map(|p| p.1)),
+    };
+    let (x0, x1) = points().fold((f64::MAX, f64::MIN), |(lo, hi), (x, _)| {
+        (lo.min(x), hi.max(x))
+    });
+    let x = if x0 > x1 {
+        Axis::linear(0.0, 1.0)
+    } else {
+        Axis::linear(x0, x1)
+    };
+    let sx = |v: f64| LEFT + x.fraction(v) * Frame::plot_width();
     let mut o = String::new();
-    let _ = writeln!(
-        o,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" font-family="sans-serif" font-size="11">"#
-    );
-    let _ = writeln!(o, r#"<rect width="{W}" height="{H}" fill="white"/>"#);
-    let _ = writeln!(
-        o,
-        r#"<text x="{}" y="18" text-anchor="middle" font-size="13">{}</text>"#,
-        LEFT + PW / 2.0,
-        esc(title)
-    );
-    frame.axes(&mut o, x_label, y_label, x_labels);
+    frame.open(&mut o, title);
+    frame.axes(&mut o, x_label, y_label);
+    for (v, label) in &x.ticks {
+        let _ = writeln!(
+            o,
+            r#"<text x="{:.1}" y="{:.1}" text-anchor="middle">{label}</text>"#,
+            sx(*v),
+            TOP + frame.plot_height() + 15.0
+        );
+    }
     for (i, s) in series.iter().enumerate() {
-        frame.series(&mut o, i, s);
+        let c = COLORS[i % COLORS.len()];
+        let path: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(finite)
+            .map(|(x, y)| (sx(x), frame.sy(y)))
+            .collect();
+        let joined: Vec<String> = path.iter().map(|(x, y)| format!("{x:.1},{y:.1}")).collect();
+        let _ = writeln!(
+            o,
+            r#"<polyline fill="none" stroke="{c}" stroke-width="1.5" points="{}"/>"#,
+            joined.join(" ")
+        );
+        if path.len() <= 40 {
+            for (px, py) in &path {
+                let _ = writeln!(
+                    o,
+                    r#"<circle cx="{px:.1}" cy="{py:.1}" r="2.5" fill="{c}"/>"#
+                );
+            }
+        }
+        Frame::legend(&mut o, i, &s.name, true);
+    }
+    o.push_str("</svg>\n");
+    o
+}
+
+/// A dot plot: one column per category, whose whole name is written under it, and in it one
+/// dot per series, side by side in legend order. Nothing joins categories.
+#[must_use]
+pub fn dot_plot(title: &str, y_label: &str, categories: &[String], series: &[Series]) -> String {
+    let longest = categories
+        .iter()
+        .map(|c| c.chars().count())
+        .max()
+        .unwrap_or(0);
+    // Labels stand at 45 degrees: each needs its length × sin 45° below the plot.
+    let bottom = BOTTOM.max(20.0 + longest as f64 * LABEL_CHAR * std::f64::consts::FRAC_1_SQRT_2);
+    let frame = Frame {
+        height: H - BOTTOM + bottom,
+        bottom,
+        y: Axis::for_values(series.iter().flat_map(|s| s.points.iter().map(|p| p.1))),
+    };
+    let band = Frame::plot_width() / categories.len().max(1) as f64;
+    let mut o = String::new();
+    frame.open(&mut o, title);
+    frame.axes(&mut o, "", y_label);
+    let base = TOP + frame.plot_height();
+    for (i, c) in categories.iter().enumerate() {
+        let left = LEFT + band * i as f64;
+        if i > 0 {
+            let _ = writeln!(
+                o,
+                r##"<line x1="{left:.1}" y1="{TOP}" x2="{left:.1}" y2="{base:.1}" stroke="#eee"/>"##
+            );
+        }
+        let (px, py) = (left + band / 2.0, base + 10.0);
+        let _ = writeln!(
+            o,
+            r#"<text x="{px:.1}" y="{py:.1}" text-anchor="end" transform="rotate(-45 {px:.1} {py:.1})" font-size="9">{}</text>"#,
+            esc(c)
+        );
+    }
+    let slots = series.len().max(1) as f64;
+    for (i, s) in series.iter().enumerate() {
+        let c = COLORS[i % COLORS.len()];
+        for &(x, y) in s
+            .points
+            .iter()
+            .filter(|(x, y)| x.is_finite() && y.is_finite())
+        {
+            let px = LEFT + band * (x + (i as f64 + 0.5) / slots * 0.8 + 0.1);
+            let _ = writeln!(
+                o,
+                r#"<circle cx="{px:.1}" cy="{:.1}" r="3" fill="{c}"/>"#,
+                frame.sy(y)
+            );
+        }
+        Frame::legend(&mut o, i, &s.name, false);
     }
     o.push_str("</svg>\n");
     o
@@ -197,27 +373,69 @@ pub fn line_chart(
 mod tests {
     use super::*;
 
+    fn two() -> Vec<Series> {
+        vec![
+            Series {
+                name: "a".into(),
+                points: vec![(0.0, 0.5), (1.0, 0.7)],
+            },
+            Series {
+                name: "b&c".into(),
+                points: vec![(0.0, f64::NAN), (1.0, 0.2)],
+            },
+        ]
+    }
+
     #[test]
     fn chart_is_well_formed() {
-        let s = line_chart(
-            "t <1>",
-            "x",
-            "y",
-            &[
-                Series {
-                    name: "a".into(),
-                    points: vec![(0.0, 0.5), (1.0, 0.7)],
-                },
-                Series {
-                    name: "b&c".into(),
-                    points: vec![(0.0, f64::NAN), (1.0, 0.2)],
-                },
-            ],
-            Some(&["w1".to_owned(), "w2".to_owned()]),
-        );
+        let s = line_chart("t <1>", "x", "y", &two());
         assert!(s.starts_with("<svg") && s.trim_end().ends_with("</svg>"));
         assert!(s.contains("t &lt;1&gt;") && s.contains("b&amp;c"));
         assert_eq!(s.matches("<polyline").count(), 2);
         assert!(!s.contains("NaN"));
+    }
+
+    #[test]
+    fn ticks_fall_on_round_numbers() {
+        let labels = |a: &Axis| a.ticks.iter().map(|t| t.1.clone()).collect::<Vec<_>>();
+        // The relative-time plot used to tick at 1.53, 3.06, 4.59.
+        let y = Axis::for_values([1.0, 4.59].into_iter());
+        assert!(!y.log);
+        assert_eq!(labels(&y), ["0", "1", "2", "3", "4", "5"]);
+        assert_eq!(labels(&Axis::linear(0.0, 7.4)), ["0", "2", "4", "6", "8"]);
+        assert_eq!(
+            labels(&Axis::linear(0.0, 0.73)),
+            ["0.0", "0.2", "0.4", "0.6", "0.8"]
+        );
+        assert_eq!(
+            labels(&Axis::linear(6.0, 14.0)),
+            ["6", "8", "10", "12", "14"]
+        );
+        // One value 7x the rest: a log axis.
+        let log = Axis::for_values([1.0, 1.3, 9.1].into_iter());
+        assert!(log.log);
+        assert_eq!(labels(&log), ["1", "2", "5", "10"]);
+        assert!((log.fraction(1.0)).abs() < 1e-9 && (log.fraction(10.0) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_dot_plot_writes_whole_labels_and_joins_nothing() {
+        let categories = ["clustered-64k".to_owned(), "bw-multistream".to_owned()];
+        let s = dot_plot("t", "y", &categories, &two());
+        assert!(s.contains(">clustered-64k</text>") && s.contains(">bw-multistream</text>"));
+        assert_eq!(s.matches("<polyline").count(), 0);
+        assert_eq!(
+            s.matches(r#"r="3" fill"#).count(),
+            3,
+            "three finite points: {s}"
+        );
+        // Room for the longest label below the plot.
+        let height: f64 = s
+            .split("height=\"")
+            .nth(1)
+            .and_then(|h| h.split('"').next())
+            .and_then(|h| h.parse().ok())
+            .unwrap();
+        assert!(height > H, "{height}");
     }
 }

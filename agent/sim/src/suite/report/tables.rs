@@ -131,7 +131,9 @@ impl Report<'_> {
                         r.relative_time,
                         r.migrated_bytes >> 20
                     );
-                    pts.push(((ms as f64).log2(), r.fast_hit_ratio));
+                    if let Some(i) = EPOCHS_MS.iter().position(|&e| e == ms) {
+                        pts.push((i as f64, r.fast_hit_ratio));
+                    }
                 }
             }
             if let Some(r) = self.main(w, PolicyName::Memtide) {
@@ -152,12 +154,12 @@ impl Report<'_> {
                 points: pts,
             });
         }
-        let svg = svg::line_chart(
+        let epochs: Vec<String> = EPOCHS_MS.iter().map(|ms| format!("{ms} ms")).collect();
+        let svg = svg::dot_plot(
             "Hit ratio vs fixed epoch",
-            "log2(epoch ms)",
             "fast-tier hit ratio",
+            &epochs,
             &epoch_series,
-            None,
         );
         std::fs::write(dir.join("epoch-sweep.svg"), svg)?;
         o.push_str("\n![hit ratio vs epoch](evaluation/epoch-sweep.svg)\n\n");
@@ -200,7 +202,6 @@ impl Report<'_> {
             "fraction of pages in the fast tier",
             "performance (all-fast = 1)",
             &bw_series,
-            None,
         );
         std::fs::write(dir.join("bw-share.svg"), svg)?;
         o.push_str("\n![performance vs placement share](evaluation/bw-share.svg)\n\n");
@@ -252,12 +253,11 @@ impl Report<'_> {
         .collect();
         std::fs::write(
             dir.join("relative-time.svg"),
-            svg::line_chart(
+            svg::dot_plot(
                 "Projected time / all-fast time (pmem)",
-                "",
                 "relative time",
+                &labels,
                 &series,
-                Some(&labels),
             ),
         )?;
         o.push_str("![relative time](evaluation/relative-time.svg)\n\nFast-tier hit ratio over time (50 windows of the trace), per trace:\n\n");
@@ -293,7 +293,6 @@ impl Report<'_> {
                     "trace window",
                     "hit ratio",
                     &series,
-                    None,
                 ),
             )?;
             let _ = writeln!(o, "- {t}: ![{t}](evaluation/{file})");
