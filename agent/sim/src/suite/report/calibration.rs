@@ -36,26 +36,21 @@ pub(super) fn damon_calibration(table: &str, cfg: &SimConfig) -> anyhow::Result<
     let (vm_moved, vm_hot, vm_cold) = row(&vm);
     let (design_moved, design_hot, design_cold) = row(&design);
     // The real table gives the hot subset's share at 30 s and the share of the cold rest moved.
-    let fills = [
-        ("{seconds}", format!("{VM_SECONDS:.0}")),
-        ("{real_moved}", mib(real_bytes)),
-        ("{real_hot}", real("hot set on node 0 at 30 s")),
-        ("{real_cold}", real("cold set moved")),
-        ("{vm_moved}", vm_moved),
-        ("{vm_hot}", vm_hot),
-        ("{vm_cold}", vm_cold),
-        ("{design_moved}", design_moved),
-        ("{design_hot}", design_hot),
-        ("{design_cold}", design_cold),
-        ("{ratio}", format!("{ratio:.2}")),
-        (
-            "{verdict}",
-            verdict((0.5..=2.0).contains(&ratio)).to_owned(),
-        ),
-    ];
-    Ok(fills
-        .iter()
-        .fold(CALIBRATION.to_owned(), |text, (key, value)| {
-            text.replace(key, value)
-        }))
+    Ok(super::fill(
+        CALIBRATION,
+        &[
+            ("seconds", format!("{VM_SECONDS:.0}")),
+            ("real_moved", mib(real_bytes)),
+            ("real_hot", real("hot set on node 0 at 30 s")),
+            ("real_cold", real("cold set moved")),
+            ("vm_moved", vm_moved),
+            ("vm_hot", vm_hot),
+            ("vm_cold", vm_cold),
+            ("design_moved", design_moved),
+            ("design_hot", design_hot),
+            ("design_cold", design_cold),
+            ("ratio", format!("{ratio:.2}")),
+            ("verdict", verdict((0.5..=2.0).contains(&ratio)).to_owned()),
+        ],
+    ))
 }

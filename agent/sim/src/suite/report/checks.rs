@@ -26,7 +26,7 @@ impl Report<'_> {
         );
         let _ = writeln!(
             o,
-            "Setup: synthetic workloads of {} records over {} MiB (a record stands for 32 LLC misses), real traces as captured by `scripts/capture-lackey-traces.sh` (each with the record weight its capture wrote; lackey text without one: 1 in {} accesses kept); fast tier {}; PEBS-like sampling of 1 in {} records for the sampling policies; the policies' clock advances {} ns per access; THP always (first touch maps whole 2 MiB pages). Main matrix on the `pmem` preset (latency 1:3, bandwidth 1:0.37).\n",
+            "Setup: synthetic workloads of {} records over {} MiB (a record stands for 32 LLC misses), real traces as captured by `scripts/capture-lackey-traces.sh` (each with the record weight its capture wrote; lackey text without one: 1 in {} accesses kept); fast tier {}; PEBS-like sampling of 1 in {} records for the sampling policies; the policies' clock advances {} ns per memory access (a real program's records past the LLC model); THP always (first touch maps whole 2 MiB pages). Main matrix on the `pmem` preset (latency 1:3, bandwidth 1:0.37).\n",
             self.args.records,
             self.args.footprint >> 20,
             LACKEY_RECORD_WEIGHT,

@@ -103,6 +103,31 @@ fn geomean(v: impl IntoIterator<Item = f64>) -> f64 {
     }
 }
 
+/// `template` with each `{key}` replaced by its value. A placeholder left without a value is
+/// a template and its filler out of step: it panics, so `make evaluation-check` catches it.
+fn fill(template: &str, values: &[(&str, String)]) -> String {
+    let text = values
+        .iter()
+        .fold(template.to_owned(), |text, (key, value)| {
+            text.replace(&format!("{{{key}}}"), value)
+        });
+    let left: Vec<&str> = placeholders(&text).collect();
+    assert!(left.is_empty(), "placeholders without a value: {left:?}");
+    text
+}
+
+/// The `{key}` names in `text` (lower case, digits and `_`).
+fn placeholders(text: &str) -> impl Iterator<Item = &str> {
+    text.split('{').skip(1).filter_map(|rest| {
+        let (key, _) = rest.split_once('}')?;
+        (!key.is_empty()
+            && key
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_'))
+        .then_some(key)
+    })
+}
+
 fn verdict(ok: bool) -> &'static str {
     if ok { "**holds**" } else { "**does not hold**" }
 }
@@ -123,6 +148,23 @@ fn vm_comparison(out: &Path) -> String {
             table.trim_end()
         ),
         Err(_) => String::new(),
+    }
+}
+
+#[cfg(test)]
+mod fill_tests {
+    use super::{fill, placeholders};
+
+    #[test]
+    fn every_placeholder_is_filled_or_named() {
+        let text = fill("a {x} b {y_2}", &[("x", "1".into()), ("y_2", "2".into())]);
+        assert_eq!(text, "a 1 b 2");
+        assert_eq!(
+            placeholders("{a} {B} {} {c_1}").collect::<Vec<_>>(),
+            ["a", "c_1"]
+        );
+        let unfilled = std::panic::catch_unwind(|| fill("{x} {y}", &[("x", String::new())]));
+        assert!(unfilled.is_err());
     }
 }
 
