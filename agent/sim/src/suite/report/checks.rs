@@ -10,6 +10,9 @@ use crate::{
     suite::{BW_SHARES, EPOCH_TRACES, EPOCHS_MS, LACKEY_RECORD_WEIGHT},
 };
 
+/// How the page was made: the command and the runs' setup.
+const SETUP: &str = include_str!("setup.md");
+
 impl Report<'_> {
     /// How to regenerate the page, and what the runs were.
     pub(super) fn setup(&self, o: &mut String) {
@@ -17,23 +20,20 @@ impl Report<'_> {
             FastSize::Ratio(r) => format!("{:.0} % of each trace's footprint", r * 100.0),
             FastSize::Bytes(b) => format!("{} MiB", b >> 20),
         };
-        let _ = write!(
-            o,
-            "\nRegenerate with (from the repository root; {} runs took {:.0} s on this machine's 2 cores):\n\n```\n{}\n```\n\n",
-            self.results.len(),
-            self.elapsed,
-            self.command()
-        );
-        let _ = writeln!(
-            o,
-            "Setup: synthetic workloads of {} records over {} MiB (a record stands for 32 LLC misses), real traces as captured by `scripts/capture-lackey-traces.sh` (each with the record weight its capture wrote; lackey text without one: 1 in {} accesses kept); fast tier {}; PEBS-like sampling of 1 in {} records for the sampling policies; the policies' clock advances {} ns per memory access (a real program's records past the LLC model); THP always (first touch maps whole 2 MiB pages). Main matrix on the `pmem` preset (latency 1:3, bandwidth 1:0.37).\n",
-            self.args.records,
-            self.args.footprint >> 20,
-            LACKEY_RECORD_WEIGHT,
-            fast,
-            self.base.sample_rate,
-            self.base.access_ns
-        );
+        o.push_str(&super::fill(
+            SETUP,
+            &[
+                ("runs", self.results.len().to_string()),
+                ("seconds", format!("{:.0}", self.elapsed)),
+                ("command", self.command()),
+                ("records", self.args.records.to_string()),
+                ("footprint_mib", (self.args.footprint >> 20).to_string()),
+                ("lackey_weight", LACKEY_RECORD_WEIGHT.to_string()),
+                ("fast", fast),
+                ("sample_rate", self.base.sample_rate.to_string()),
+                ("access_ns", self.base.access_ns.to_string()),
+            ],
+        ));
     }
 
     /// The headline goals, and every policy's geometric means.

@@ -10,6 +10,9 @@ use crate::{
     svg::{self, Series},
 };
 
+/// The prose and header of the sampling-sensitivity table.
+const SAMPLING: &str = include_str!("sampling.md");
+
 impl Report<'_> {
     /// The main matrix: every trace under every policy.
     pub(super) fn main_matrix(&self, o: &mut String) {
@@ -94,11 +97,10 @@ impl Report<'_> {
             }
         }
         o.push('\n');
-        let _ = writeln!(
-            o,
-            "Sampling sensitivity: the same runs with every record a sample (`--sample-rate 1`) instead of 1 in {}. Ryoo's density thresholds (a 2 MiB region is dense above 480 accessed pages of 512, a 64 KiB chunk above 10 of 16) assume complete access bits; sampled counts see fewer accessed pages, so dense data can look sparse and move at a finer granularity.\n\n| trace | policy | sample rate | hit ratio | relative time | migrations (4k / 64k / 2m) |\n|---|---|---|---|---|---|",
-            self.base.sample_rate
-        );
+        o.push_str(&super::fill(
+            SAMPLING,
+            &[("sample_rate", self.base.sample_rate.to_string())],
+        ));
         for w in ["stream", "phases", "clustered-64k", "gups-hotset"] {
             for c in ["memtide", "static-2m"] {
                 for (sec, rate) in [("granularity", self.base.sample_rate), ("sampling", 1)] {
