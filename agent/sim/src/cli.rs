@@ -15,6 +15,7 @@ use super::{
     model::PresetName,
     run::{FastSize, SimConfig},
     sampler::SamplerName,
+    suite::{SuiteArgs, run_suite},
     trace::{FileTrace, Format, RecordSource, TraceMeta, TraceSpec as _, native::NativeWriter},
     workload::{GenSpec, Generator, Workload},
 };
@@ -248,7 +249,14 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     cfg.sampler = args.sampler;
     cfg.seed = args.seed;
     if args.suite {
-        return super::suite::run_suite(args, &cfg);
+        let suite = SuiteArgs {
+            records: args.records,
+            footprint: args.footprint,
+            out: args.out.clone(),
+            traces: args.traces.clone(),
+            jobs: args.jobs,
+        };
+        return run_suite(&suite, &cfg);
     }
     let (Some(path), Some(policy)) = (&args.trace, args.policy) else {
         bail!("--trace and --policy are required without --suite");

@@ -20,7 +20,6 @@ use self::report::Report;
 use super::{
     PolicyName,
     baselines::static_place::StaticPlacement,
-    cli::SimArgs,
     make_policy,
     model::PresetName,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
@@ -102,8 +101,23 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
     })
 }
 
+/// What the suite runs and where it writes (`memtide sim --suite`'s options).
+#[derive(Clone, Debug)]
+pub struct SuiteArgs {
+    /// Records per synthetic workload.
+    pub records: u64,
+    /// Footprint of the synthetic workloads, bytes.
+    pub footprint: u64,
+    /// Directory of the report (evaluation.md and the SVG plots).
+    pub out: PathBuf,
+    /// Directory of the captured real traces.
+    pub traces: PathBuf,
+    /// Worker threads (default: available parallelism).
+    pub jobs: Option<usize>,
+}
+
 /// Runs the suite and writes `<out>/evaluation.md` and `<out>/evaluation/*.svg`.
-pub fn run_suite(args: &SimArgs, base: &SimConfig) -> anyhow::Result<()> {
+pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
     let started = Instant::now();
     let mut traces: Vec<Arc<dyn TraceSpec>> = Workload::ALL
         .iter()

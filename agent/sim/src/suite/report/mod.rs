@@ -14,7 +14,7 @@ mod tables;
 
 use std::{collections::BTreeMap, path::Path};
 
-use super::{Results, SimArgs, SimConfig};
+use super::{Results, SimConfig, SuiteArgs};
 use crate::{
     PolicyName,
     run::{Footprint, SimResult},
@@ -30,7 +30,7 @@ pub(super) struct Report<'a> {
     pub(super) footprints: &'a BTreeMap<String, Footprint>,
     pub(super) traces: Vec<String>,
     pub(super) real: Vec<String>,
-    pub(super) args: &'a SimArgs,
+    pub(super) args: &'a SuiteArgs,
     pub(super) base: &'a SimConfig,
     pub(super) elapsed: f64,
 }
