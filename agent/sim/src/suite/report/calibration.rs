@@ -4,7 +4,7 @@
 use super::verdict;
 use crate::{
     baselines::damon::{
-        DamonSetup, VM_SECONDS, VmCalibration, vm_calibration, vm_comparison_cell,
+        DamonSetup, VM_SECONDS, VM_SEEDS, VmCalibrations, vm_calibrations, vm_comparison_cell,
         vm_comparison_moved_bytes,
     },
     run::SimConfig,
@@ -19,8 +19,8 @@ pub(super) fn damon_calibration(table: &str, cfg: &SimConfig) -> anyhow::Result<
     let Some(real_bytes) = vm_comparison_moved_bytes(table, "DAMON") else {
         return Ok(String::new());
     };
-    let vm = vm_calibration(DamonSetup::VM_COMPARISON, cfg)?;
-    let design = vm_calibration(
+    let vm = vm_calibrations(DamonSetup::VM_COMPARISON, cfg)?;
+    let design = vm_calibrations(
         DamonSetup {
             allocate_slow: true,
             ..DamonSetup::MTIER
@@ -29,12 +29,19 @@ pub(super) fn damon_calibration(table: &str, cfg: &SimConfig) -> anyhow::Result<
     )?;
     let real = |column: &str| vm_comparison_cell(table, "DAMON", column).unwrap_or_default();
     #[expect(clippy::cast_precision_loss, reason = "byte counts")]
-    let ratio = vm.moved_bytes as f64 / real_bytes.max(1) as f64;
+    let ratio = vm.median.moved_bytes as f64 / real_bytes.max(1) as f64;
     let mib = |bytes: u64| format!("{:.1} MiB", bytes as f64 / f64::from(1 << 20));
     let share = |x: f64| format!("{:.1} %", x * 100.0);
-    let row = |c: &VmCalibration| (mib(c.moved_bytes), share(c.hot_fast), share(c.cold_fast));
-    let (vm_moved, vm_hot, vm_cold) = row(&vm);
-    let (design_moved, design_hot, design_cold) = row(&design);
+    let row = |c: &VmCalibrations| {
+        (
+            mib(c.median.moved_bytes),
+            format!("{} to {}", mib(c.range.0), mib(c.range.1)),
+            share(c.median.hot_fast),
+            share(c.median.cold_fast),
+        )
+    };
+    let (vm_moved, vm_range, vm_hot, vm_cold) = row(&vm);
+    let (design_moved, design_range, design_hot, design_cold) = row(&design);
     // The real table gives the hot subset's share at 30 s and the share of the cold rest moved.
     Ok(super::fill(
         CALIBRATION,
@@ -43,10 +50,13 @@ pub(super) fn damon_calibration(table: &str, cfg: &SimConfig) -> anyhow::Result<
             ("real_moved", mib(real_bytes)),
             ("real_hot", real("hot set on node 0 at 30 s")),
             ("real_cold", real("cold set moved")),
+            ("seeds", VM_SEEDS.to_string()),
             ("vm_moved", vm_moved),
+            ("vm_range", vm_range),
             ("vm_hot", vm_hot),
             ("vm_cold", vm_cold),
             ("design_moved", design_moved),
+            ("design_range", design_range),
             ("design_hot", design_hot),
             ("design_cold", design_cold),
             ("ratio", format!("{ratio:.2}")),

@@ -19,19 +19,17 @@
 //!   any access to it sets it, and DAMON's mkold of any of its pages clears it for all 512.
 //!   The `young` filter reads a folio's bit and clears it when set, as the kernel's does.
 //!
-//! DAMON monitors per node in physical space; we monitor the target's virtual space and apply
-//! each scheme to the part of a region that sits in the scheme's source tier.
+//! DAMON monitors per node in physical space; the suite's baseline monitors the target's
+//! virtual space and applies each scheme to the part of a region that sits in the scheme's
+//! source tier. `DamonSetup::physical_node_bytes` monitors a node's frames instead, as the VM
+//! comparison's DAMON did (`vm`, the calibration against it).
 
 use std::time::Duration;
-
-use serde::Serialize;
 
 use crate::{
     model::TierModel,
     policy::{Clock, SimPolicy},
-    run::{FastSize, SimConfig, run_keeping_model},
-    trace::{TraceError, TraceRecord},
-    workload::{BASE, GenSpec, Workload},
+    trace::TraceRecord,
 };
 use memtide_common::AccessSample;
 use memtide_core::{
@@ -73,6 +71,10 @@ pub struct DamonSetup {
     pub quota_bytes_per_s: Option<f64>,
     /// Every first touch lands in the slow tier, as memory allocated on the slow node.
     pub allocate_slow: bool,
+    /// Physical monitoring (`paddr`) of a node of this many bytes, whose first frames hold
+    /// the target's superpages in the order it touched them and the rest nothing; `None`
+    /// monitors the target's virtual address space (`vaddr`).
+    pub physical_node_bytes: Option<u64>,
 }
 
 impl DamonSetup {
@@ -88,12 +90,14 @@ impl DamonSetup {
         hot_use_goal: 0.997,
         quota_bytes_per_s: Some(200e6),
         allocate_slow: false,
+        physical_node_bytes: None,
     };
 
     /// The scheme of the VM comparison (agent/tests/vm/compare.rs): DAMON's default
-    /// attributes, `migrate_hot` alone for any region seen accessed once per aggregation,
-    /// applied every aggregation (`apply_interval_us` 0), no filter, quota or goal, on memory
-    /// the workload allocated on the slow node.
+    /// attributes over the slow node's 1 GiB of physical memory (`paddr`), `migrate_hot` alone
+    /// for any region seen accessed once per aggregation, applied every aggregation
+    /// (`apply_interval_us` 0), no filter, quota or goal, on memory the workload allocated on
+    /// the slow node.
     pub const VM_COMPARISON: Self = Self {
         apply: Duration::from_millis(100),
         hot_min_rate: 0.0,
@@ -101,6 +105,7 @@ impl DamonSetup {
         hot_use_goal: 1.0,
         quota_bytes_per_s: None,
         allocate_slow: true,
+        physical_node_bytes: Some(1 << 30),
         ..Self::MTIER
     };
 }
@@ -108,6 +113,8 @@ impl DamonSetup {
 pub struct Damon {
     setup: DamonSetup,
     regions: Vec<Region>,
+    /// Physical monitoring: the superpage in each 2 MiB frame of the node, in frame order.
+    frames: Vec<u64>,
     rng: SplitMix64,
     next_sample: Duration,
     next_aggr: Duration,
@@ -127,11 +134,25 @@ impl Damon {
         Self {
             setup,
             regions: Vec::new(),
+            frames: Vec::new(),
             rng: SplitMix64::new(0xda30),
             next_sample: Duration::ZERO,
             next_aggr: setup.aggregation,
             next_apply: setup.apply,
             mapped: 0,
+        }
+    }
+
+    /// A DAMON switched on at `start` of the replay's clock (after the workload's set-up),
+    /// its random region splits drawn from `seed`.
+    #[must_use]
+    pub fn starting_at(setup: DamonSetup, start: Duration, seed: u64) -> Self {
+        Self {
+            rng: SplitMix64::new(seed),
+            next_sample: start,
+            next_aggr: start + setup.aggregation,
+            next_apply: start + setup.apply,
+            ..Self::new(setup)
         }
     }
 
@@ -148,6 +169,23 @@ impl Damon {
         }
         self.mapped = n;
         let sorted = model.sorted().to_vec();
+        if let Some(node) = self.setup.physical_node_bytes {
+            // The node's frames hold the superpages in the order they were first touched,
+            // which for the VM's workload (written front to back) is address order.
+            self.frames = sorted;
+            if self.regions.is_empty() {
+                self.regions.push(Region {
+                    start: 0,
+                    end: node.max(SUPERPAGE_SIZE),
+                    seen: 0,
+                    nr_accesses: 0,
+                    age: 0,
+                    probe: None,
+                });
+                self.split_to_minimum();
+            }
+            return;
+        }
         let mut ranges: Vec<(u64, u64)> = Vec::new();
         for sp in sorted {
             let (s, e) = (sp * SUPERPAGE_SIZE, (sp + 1) * SUPERPAGE_SIZE);
@@ -185,6 +223,10 @@ impl Damon {
                 });
             }
         }
+        self.split_to_minimum();
+    }
+
+    fn split_to_minimum(&mut self) {
         while self.regions.len() < self.setup.min_regions {
             let before = self.regions.len();
             self.split_all();
@@ -192,6 +234,26 @@ impl Damon {
                 break;
             }
         }
+    }
+
+    /// The virtual address a monitored address stands for: itself under `vaddr`, the page in
+    /// that frame under `paddr` (none for a free frame).
+    fn to_virtual(&self, addr: u64) -> Option<u64> {
+        if self.setup.physical_node_bytes.is_none() {
+            return Some(addr);
+        }
+        let frame = usize::try_from(addr / SUPERPAGE_SIZE).ok()?;
+        Some(self.frames.get(frame)? * SUPERPAGE_SIZE + addr % SUPERPAGE_SIZE)
+    }
+
+    /// Whether the probe at `addr` finds its page accessed. Under `paddr` a page that moved to
+    /// the fast tier left a free frame behind on the monitored node: nothing accesses it.
+    fn probe_young(&self, model: &TierModel, addr: u64) -> bool {
+        self.to_virtual(addr).is_some_and(|page| {
+            is_young(model, page)
+                && (self.setup.physical_node_bytes.is_none()
+                    || model.tier_of(page) == Some(Tier::Slow))
+        })
     }
 
     fn split_all(&mut self) {
@@ -222,14 +284,14 @@ impl Damon {
     fn sample(&mut self, model: &mut TierModel) {
         for i in 0..self.regions.len() {
             let r = self.regions[i];
-            if let Some(page) = r.probe
-                && is_young(model, page)
-            {
+            if r.probe.is_some_and(|p| self.probe_young(model, p)) {
                 self.regions[i].seen += 1;
             }
             let pages = (r.end - r.start) / PAGE_SIZE;
             let page = r.start + self.rng.below(pages.max(1)) * PAGE_SIZE;
-            make_old(model, page);
+            if let Some(v) = self.to_virtual(page) {
+                make_old(model, v);
+            }
             self.regions[i].probe = Some(page);
         }
     }
@@ -274,6 +336,7 @@ impl Damon {
 
     /// Applies one scheme to a region's pages in `from`; returns bytes moved.
     fn apply_region(
+        &self,
         model: &mut TierModel,
         r: &Region,
         to: Tier,
@@ -282,11 +345,19 @@ impl Damon {
         now_ms: u32,
     ) -> f64 {
         let mut moved = 0.0;
-        let mut sp = r.start / SUPERPAGE_SIZE;
-        while sp * SUPERPAGE_SIZE < r.end && moved < budget {
-            if let Some(idx) = model.find(sp) {
+        let mut at = r.start / SUPERPAGE_SIZE;
+        while at * SUPERPAGE_SIZE < r.end && moved < budget {
+            // The region's part of this superpage (of this frame, under `paddr`).
+            let (first, last) = (
+                r.start.max(at * SUPERPAGE_SIZE),
+                r.end.min((at + 1) * SUPERPAGE_SIZE),
+            );
+            let sp = self
+                .to_virtual(at * SUPERPAGE_SIZE)
+                .map(|v| v / SUPERPAGE_SIZE);
+            if let Some(idx) = sp.and_then(|sp| model.find(sp)) {
                 let s = model.superpage(idx);
-                let base = sp * SUPERPAGE_SIZE;
+                let base = s.sp * SUPERPAGE_SIZE;
                 if s.huge {
                     let in_from = (s.fast_pages() == 512) != (to == Tier::Fast);
                     // The young filter reads the folio's bit and clears it (mkold), as
@@ -296,10 +367,9 @@ impl Damon {
                             model.migrate(base, SUPERPAGE_SIZE, to, SUPERPAGE_SIZE, now_ms) as f64;
                     }
                 } else {
-                    let first = r.start.max(base);
-                    let last = r.end.min(base + SUPERPAGE_SIZE);
-                    let mut a = first;
-                    while a < last && moved < budget {
+                    let mut a = base + first % SUPERPAGE_SIZE;
+                    let end = base + (last - 1) % SUPERPAGE_SIZE + 1;
+                    while a < end && moved < budget {
                         let p = ((a / PAGE_SIZE) % 512) as usize;
                         let in_from = model.superpage(idx).is_fast(p) != (to == Tier::Fast);
                         if in_from && young.is_none_or(|y| young_filter(model, a) == y) {
@@ -309,7 +379,7 @@ impl Damon {
                     }
                 }
             }
-            sp += 1;
+            at += 1;
         }
         moved
     }
@@ -335,7 +405,7 @@ impl Damon {
                 if left <= 0.0 || model.fast_free_bytes() as f64 >= cap * 0.005 {
                     break;
                 }
-                left -= Self::apply_region(model, r, Tier::Slow, Some(false), left, now_ms);
+                left -= self.apply_region(model, r, Tier::Slow, Some(false), left, now_ms);
             }
         }
         // migrate_hot: at least the scheme's access rate (and one access), hottest first, while
@@ -357,7 +427,7 @@ impl Damon {
             if left <= 0.0 || model.fast_used_bytes() as f64 >= cap * setup.hot_use_goal {
                 break;
             }
-            left -= Self::apply_region(model, r, Tier::Fast, young, left, now_ms);
+            left -= self.apply_region(model, r, Tier::Fast, young, left, now_ms);
         }
     }
 }
@@ -434,94 +504,21 @@ impl SimPolicy for Damon {
     }
 }
 
-/// The VM comparison's workload and machine, as `memtide gen` and the tier model have them:
-/// 256 MiB, a 32 MiB hot subset (agent/tests/vm/promotion.rs), 30 s, a fast tier with room
-/// for all of it (node 0 of the VM has about 1 GiB free).
-pub const VM_FOOTPRINT: u64 = 256 << 20;
-pub const VM_SECONDS: f64 = 30.0;
-pub const VM_FAST_BYTES: u64 = 1 << 30;
+mod vm;
 
-/// What the model of one DAMON setup moved on the VM comparison's workload.
-#[derive(Clone, Debug, PartialEq, Serialize)]
-pub struct VmCalibration {
-    /// Bytes the model migrated (promoted and demoted) in [`VM_SECONDS`].
-    pub moved_bytes: u64,
-    /// Share of the hot subset, and of the cold rest, in the fast tier at the end.
-    pub hot_fast: f64,
-    pub cold_fast: f64,
-}
-
-/// Replays the VM comparison's workload through the DAMON model at `setup` under `cfg`'s
-/// preset and clock.
-pub fn vm_calibration(setup: DamonSetup, cfg: &SimConfig) -> Result<VmCalibration, TraceError> {
-    let records_per_s = 1e9 / (cfg.access_ns * f64::from(Workload::HotSubset.record_weight()));
-    let spec = GenSpec {
-        workload: Workload::HotSubset,
-        footprint: VM_FOOTPRINT,
-        records: (VM_SECONDS * records_per_s) as u64,
-        seed: cfg.seed,
-    };
-    let cfg = SimConfig {
-        fast: FastSize::Bytes(VM_FAST_BYTES),
-        footprint: None,
-        ..cfg.clone()
-    };
-    let mut damon = Damon::new(setup);
-    let (result, model) = run_keeping_model(&spec, &mut damon, &cfg)?;
-    let pages = VM_FOOTPRINT / PAGE_SIZE;
-    let (hot_first, hot_pages) = (pages * 7 / 16, pages / 8);
-    let (mut hot, mut cold) = (0u64, 0u64);
-    for page in 0..pages {
-        let fast = model.tier_of(BASE + page * PAGE_SIZE) == Some(Tier::Fast);
-        if (hot_first..hot_first + hot_pages).contains(&page) {
-            hot += u64::from(fast);
-        } else {
-            cold += u64::from(fast);
-        }
-    }
-    Ok(VmCalibration {
-        moved_bytes: result.promoted_bytes + result.demoted_bytes,
-        hot_fast: hot as f64 / hot_pages as f64,
-        cold_fast: cold as f64 / (pages - hot_pages) as f64,
-    })
-}
-
-/// The cell of `column` in the row of the first system whose name starts with `system`, in the
-/// VM comparison's table (docs/evaluation/vm-comparison.md).
-#[must_use]
-pub fn vm_comparison_cell(table: &str, system: &str, column: &str) -> Option<String> {
-    let cells = |line: &str| -> Vec<String> {
-        line.trim()
-            .trim_matches('|')
-            .split('|')
-            .map(|c| c.trim().to_owned())
-            .collect()
-    };
-    let mut rows = table.lines().filter(|l| l.starts_with('|'));
-    let index = cells(rows.next()?).iter().position(|c| c == column)?;
-    rows.map(cells)
-        .find(|r| r[0].starts_with(system))?
-        .get(index)
-        .cloned()
-}
-
-/// Bytes migrated by `system` in the VM comparison's table (its "bytes migrated", in MiB).
-#[must_use]
-pub fn vm_comparison_moved_bytes(table: &str, system: &str) -> Option<u64> {
-    let cell = vm_comparison_cell(table, system, "bytes migrated")?;
-    let mib: f64 = cell.strip_suffix(" MiB")?.parse().ok()?;
-    Some((mib * f64::from(1 << 20)) as u64)
-}
+pub use vm::{
+    VM_SECONDS, VM_SEEDS, VmCalibration, VmCalibrations, vm_calibration, vm_calibrations,
+    vm_comparison_cell, vm_comparison_moved_bytes,
+};
 
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
 
-    use super::{DamonSetup, vm_calibration, vm_comparison_moved_bytes};
+    use super::DamonSetup;
     use crate::{
         PolicyName,
-        model::PresetName,
-        model::TierModel,
+        model::{PresetName, TierModel},
         policy::{Clock, SimPolicy as _},
         run::SimConfig,
         simulate,
@@ -535,16 +532,25 @@ mod tests {
     /// was ever old and DAMON moved nothing on any trace. (Stream sweeps a window of an eighth
     /// of its footprint at a time: the huge pages behind the window go cold. On gups-hotset
     /// every huge page holds hot pages and DAMON, faithfully, has nothing to demote.)
-    /// On the VM comparison's workload, set up as the VM set up the real DAMON (no filter, no
-    /// quota), the model promotes the whole hot subset within the run; how its bytes compare
-    /// with the real DAMON's is the report's calibration section.
     #[test]
-    fn the_vm_comparisons_scheme_promotes_the_hot_subset() {
+    fn cold_huge_pages_are_demoted_and_the_hot_set_promoted() {
         let cfg = SimConfig::new(PresetName::Pmem.preset());
-        let model = vm_calibration(DamonSetup::VM_COMPARISON, &cfg).unwrap();
-        assert!(model.hot_fast >= 0.99, "{model:?}");
-        assert!(model.moved_bytes >= super::VM_FOOTPRINT / 8, "{model:?}");
-        assert!(model.cold_fast < 1.0, "{model:?}");
+        let spec = GenSpec {
+            workload: Workload::Stream,
+            footprint: 64 << 20,
+            records: 2_000_000,
+            seed: 9,
+        };
+        let none = simulate(&spec, PolicyName::NoMigration, &cfg).unwrap();
+        let damon = simulate(&spec, PolicyName::Damon, &cfg).unwrap();
+        assert!(damon.demoted_bytes > 0, "{damon:?}");
+        assert!(damon.promoted_bytes > 0, "{damon:?}");
+        assert!(
+            damon.fast_hit_ratio > none.fast_hit_ratio,
+            "damon {} vs no migration {}",
+            damon.fast_hit_ratio,
+            none.fast_hit_ratio
+        );
     }
 
     /// Idle memory reads as one pattern everywhere, yet DAMON keeps at least `min_nr_regions`:
@@ -570,34 +576,5 @@ mod tests {
                 damon.regions.len()
             );
         }
-    }
-
-    #[test]
-    fn the_vm_comparison_table_is_read_by_column() {
-        let table = "| system | time to 90 % | bytes migrated |\n|---|---|---|\n\
-                     | memtide | 6 s | 41.3 MiB |\n| DAMON migrate_hot (paddr) | 4 s | 94.0 MiB |\n";
-        assert_eq!(vm_comparison_moved_bytes(table, "DAMON"), Some(94 << 20));
-        assert_eq!(vm_comparison_moved_bytes(table, "kernel"), None);
-    }
-
-    #[test]
-    fn cold_huge_pages_are_demoted_and_the_hot_set_promoted() {
-        let cfg = SimConfig::new(PresetName::Pmem.preset());
-        let spec = GenSpec {
-            workload: Workload::Stream,
-            footprint: 64 << 20,
-            records: 2_000_000,
-            seed: 9,
-        };
-        let none = simulate(&spec, PolicyName::NoMigration, &cfg).unwrap();
-        let damon = simulate(&spec, PolicyName::Damon, &cfg).unwrap();
-        assert!(damon.demoted_bytes > 0, "{damon:?}");
-        assert!(damon.promoted_bytes > 0, "{damon:?}");
-        assert!(
-            damon.fast_hit_ratio > none.fast_hit_ratio,
-            "damon {} vs no migration {}",
-            damon.fast_hit_ratio,
-            none.fast_hit_ratio
-        );
     }
 }
