@@ -436,7 +436,6 @@ pub fn run_keeping_model(
         cfg.sample_rate,
         &meta,
         cfg.seed,
-        fp.filters.past_l3,
         fp.filters,
     ));
     let mut batch = Vec::with_capacity(BATCH);

@@ -18,8 +18,9 @@
 //!   each sample's weight is its scaled period in the trace's accesses, so Eq. 1 sees the
 //!   traffic the samples stand for.
 //! - `ibs`: AMD IBS op sampling with `l3missonly` (memtide's default where the PMU has it): ops
-//!   that miss a 32 MiB L3 (512 Ki lines, the same model), sampled with one period, with no
-//!   load/store kind; scaled to `ideal`'s sample count likewise.
+//!   that miss a 32 MiB L3 (512 Ki lines, the same model, and the very one the replay puts in
+//!   front of the tiers: IBS samples the records that reach memory), sampled with one period,
+//!   with no load/store kind; scaled to `ideal`'s sample count likewise.
 //! - `swfault`: the software page-fault event: one sample per fault the process takes. Under the
 //!   simulator's THP-always model a process faults once per 2 MiB superpage, at its first touch,
 //!   and never again (memtide enables no NUMA hinting faults, and migrations do not fault), so
@@ -182,6 +183,7 @@ pub struct Sampler {
     rng: SplitMix64,
     /// 1 in this many records (`ideal`).
     rate: u64,
+    /// PEBS's `ldlat` filter (the L2 model); none for the other sources.
     filter: Option<LineFilter>,
     /// Probability that a qualifying load (or op) / store becomes a sample.
     load_p: f64,
@@ -195,21 +197,21 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler for a trace of `records` records reaching memory (past the replay's LLC
-    /// model) whose filters passed `counts`, at one sample per `sample_rate` of those records
-    /// on average (not `swfault`).
+    /// A sampler for a trace whose filters passed `counts`, at one sample per `sample_rate`
+    /// records reaching memory (`counts.past_l3`, past the replay's LLC model) on average (not
+    /// `swfault`).
     #[must_use]
     pub fn new(
         name: SamplerName,
         sample_rate: u32,
         meta: &TraceMeta,
         seed: u64,
-        records: u64,
         counts: FilterCounts,
     ) -> Self {
         let rate = u64::from(sample_rate.max(1));
         let record_weight = u64::from(meta.record_weight.max(1));
-        let wanted = records as f64 / rate as f64;
+        let memory = counts.past_l3 as f64;
+        let wanted = memory / rate as f64;
         // Events per load sample so that the expected samples equal `wanted`: loads at 1/n,
         // stores at 1/(ratio·n).
         let ratio = (PEBS_STORE_PERIOD / PEBS_LOAD_PERIOD) as f64;
@@ -219,8 +221,8 @@ impl Sampler {
                 counts.loads_past_l2 as f64 + counts.stores as f64 / ratio,
                 ratio,
             ),
-            SamplerName::Ibs => (LineFilter::l3(meta), counts.past_l3 as f64, 1.0),
-            SamplerName::Ideal | SamplerName::Swfault => (None, records as f64, 1.0),
+            // IBS's `l3missonly` is the replay's LLC model: the records past it are `past_llc`.
+            SamplerName::Ibs | SamplerName::Ideal | SamplerName::Swfault => (None, memory, 1.0),
         };
         let per_sample = if wanted > 0.0 {
             (events / wanted).max(1.0)
@@ -248,8 +250,9 @@ impl Sampler {
     }
 
     /// The sample the source delivers for `r`, if any. `first_touch`: the record is the first
-    /// access to its superpage (where the process faults); `past_llc`: it reached memory, the
-    /// accesses `ideal` samples (PEBS and IBS apply their own cache filters).
+    /// access to its superpage (where the process faults); `past_llc`: it missed the replay's
+    /// LLC model, which is what `ideal` samples and what IBS's `l3missonly` passes (PEBS
+    /// applies its own L2 filter).
     pub fn sample(
         &mut self,
         r: &TraceRecord,
@@ -282,7 +285,7 @@ impl Sampler {
                 (kind, weight, SampleSource::Pebs)
             }
             SamplerName::Ibs => {
-                if !self.past_filter(r.addr) || self.rng.unit() >= self.load_p {
+                if !past_llc || self.rng.unit() >= self.load_p {
                     return None;
                 }
                 (AccessKind::Unknown, self.load_weight, SampleSource::Ibs)
@@ -363,13 +366,20 @@ mod tests {
         c.counts
     }
 
+    /// What `name` delivers from `rs`, the records' LLC misses told apart as the replay does.
     fn delivered_from(
         name: SamplerName,
         rs: &[TraceRecord],
         meta: &TraceMeta,
     ) -> Vec<AccessSample> {
-        let mut s = Sampler::new(name, 8, meta, 1, rs.len() as u64, counts(rs, meta));
-        rs.iter().filter_map(|r| s.sample(r, false, true)).collect()
+        let mut s = Sampler::new(name, 8, meta, 1, counts(rs, meta));
+        let mut llc = LineFilter::l3(meta);
+        rs.iter()
+            .filter_map(|r| {
+                let past_llc = llc.as_mut().is_none_or(|f| f.passes(r.addr));
+                s.sample(r, false, past_llc)
+            })
+            .collect()
     }
 
     fn delivered(name: SamplerName, rs: &[TraceRecord]) -> Vec<AccessSample> {
@@ -465,7 +475,6 @@ mod tests {
             8,
             &lackey(),
             1,
-            3,
             FilterCounts::default(),
         );
         let r = TraceRecord::load(0x20_0000);

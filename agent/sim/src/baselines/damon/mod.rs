@@ -129,18 +129,10 @@ impl Default for Damon {
 }
 
 impl Damon {
+    /// A DAMON switched on with the replay.
     #[must_use]
     pub fn new(setup: DamonSetup) -> Self {
-        Self {
-            setup,
-            regions: Vec::new(),
-            frames: Vec::new(),
-            rng: SplitMix64::new(0xda30),
-            next_sample: Duration::ZERO,
-            next_aggr: setup.aggregation,
-            next_apply: setup.apply,
-            mapped: 0,
-        }
+        Self::starting_at(setup, Duration::ZERO, 0xda30)
     }
 
     /// A DAMON switched on at `start` of the replay's clock (after the workload's set-up),
@@ -148,11 +140,14 @@ impl Damon {
     #[must_use]
     pub fn starting_at(setup: DamonSetup, start: Duration, seed: u64) -> Self {
         Self {
+            setup,
+            regions: Vec::new(),
+            frames: Vec::new(),
             rng: SplitMix64::new(seed),
             next_sample: start,
             next_aggr: start + setup.aggregation,
             next_apply: start + setup.apply,
-            ..Self::new(setup)
+            mapped: 0,
         }
     }
 

@@ -87,7 +87,7 @@ pub fn vm_calibration(
     })
 }
 
-/// [`vm_calibration`] over seeds 1 to [`VM_SEEDS`], two at a time.
+/// [`vm_calibration`] over seeds 1 to [`VM_SEEDS`], each on its own thread.
 pub fn vm_calibrations(setup: DamonSetup, cfg: &SimConfig) -> Result<VmCalibrations, TraceError> {
     let mut runs = std::thread::scope(|scope| {
         let handles: Vec<_> = (1..=VM_SEEDS)

@@ -48,20 +48,8 @@ impl Report<'_> {
             })
             .collect();
         let hit_share = geomean(ratios.iter().copied());
-        let gm_time = |p: PolicyName| {
-            geomean(
-                self.traces
-                    .iter()
-                    .filter_map(|t| self.main(t, p).map(|r| r.relative_time)),
-            )
-        };
-        let gm_hit = |p: PolicyName| {
-            geomean(
-                self.traces
-                    .iter()
-                    .filter_map(|t| self.main(t, p).map(|r| r.fast_hit_ratio)),
-            )
-        };
+        let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
+        let gm_hit = |p: PolicyName| self.main_geomean(p, |r| r.fast_hit_ratio);
         let mt = gm_time(PolicyName::Memtide);
         o.push_str("## Headline (measured)\n\n");
         let _ = writeln!(

@@ -94,13 +94,7 @@ impl Report<'_> {
         };
         let clock = range(&mut real_runs.iter().map(|r| r.simulated_clock_s));
         let plans = range(&mut self.real.iter().map(|t| info(t, "plans")));
-        let gm_time = |p: PolicyName| {
-            super::geomean(
-                self.traces
-                    .iter()
-                    .filter_map(|t| self.main(t, p).map(|r| r.relative_time)),
-            )
-        };
+        let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
         let f3 = |x: f64| format!("{x:.3}");
         let f0 = |x: f64| format!("{x:.0}");
         o.push_str(&super::fill(

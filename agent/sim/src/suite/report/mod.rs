@@ -47,6 +47,15 @@ impl Report<'_> {
         self.get("main", trace, p.name())
     }
 
+    /// Geometric mean over the main matrix's traces of `figure` of `p`'s runs.
+    fn main_geomean(&self, p: PolicyName, figure: impl Fn(&SimResult) -> f64) -> f64 {
+        geomean(
+            self.traces
+                .iter()
+                .filter_map(|t| self.main(t, p).map(&figure)),
+        )
+    }
+
     fn command(&self) -> String {
         let a = self.args;
         format!(
@@ -79,10 +88,7 @@ impl Report<'_> {
         self.samplers(&mut o);
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
-        o.push_str(&vm_comparison(&self.args.out));
-        if let Ok(table) = std::fs::read_to_string(vm_comparison_path(&self.args.out)) {
-            o.push_str(&calibration::damon_calibration(&table, self.base)?);
-        }
+        o.push_str(&vm_comparison(&self.args.out, self.base)?);
         o.push_str(NOTES);
         Ok(o)
     }
@@ -132,23 +138,20 @@ fn verdict(ok: bool) -> &'static str {
     if ok { "**holds**" } else { "**does not hold**" }
 }
 
-fn vm_comparison_path(out: &Path) -> std::path::PathBuf {
-    out.join("evaluation").join("vm-comparison.md")
-}
-
 /// The measured (not simulated) comparison from the two-node VM suite, if
-/// `<out>/evaluation/vm-comparison.md` exists: the table `vm/test.sh vm::compare` writes to
-/// target/vm/vm-comparison.md, copied there.
-fn vm_comparison(out: &Path) -> String {
-    match std::fs::read_to_string(vm_comparison_path(out)) {
-        Ok(table) => format!(
-            "\n## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot\n\n\
-             Measured, not simulated: the VM suite's comparison test \
-             (`agent/tests/vm/compare.rs`), embedded from `evaluation/vm-comparison.md`.\n\n{}\n",
-            table.trim_end()
-        ),
-        Err(_) => String::new(),
-    }
+/// `<out>/evaluation/vm-comparison.md` exists (the table `vm/test.sh vm::compare` writes to
+/// target/vm/vm-comparison.md, copied there), and the DAMON model calibrated against it.
+fn vm_comparison(out: &Path, cfg: &SimConfig) -> anyhow::Result<String> {
+    let Ok(table) = std::fs::read_to_string(out.join("evaluation").join("vm-comparison.md")) else {
+        return Ok(String::new());
+    };
+    Ok(format!(
+        "\n## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot\n\n\
+         Measured, not simulated: the VM suite's comparison test \
+         (`agent/tests/vm/compare.rs`), embedded from `evaluation/vm-comparison.md`.\n\n{}\n{}",
+        table.trim_end(),
+        calibration::damon_calibration(&table, cfg)?
+    ))
 }
 
 #[cfg(test)]
@@ -171,18 +174,25 @@ mod fill_tests {
 #[cfg(test)]
 mod vm_comparison_tests {
     use super::vm_comparison;
+    use crate::{model::PresetName, run::SimConfig};
 
     #[test]
     fn the_vm_table_is_embedded_when_present() {
+        let cfg = SimConfig::new(PresetName::Pmem.preset());
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(vm_comparison(dir.path()), "", "no file, no section");
+        assert_eq!(
+            vm_comparison(dir.path(), &cfg).unwrap(),
+            "",
+            "no file, no section"
+        );
         std::fs::create_dir(dir.path().join("evaluation")).unwrap();
         std::fs::write(
             dir.path().join("evaluation/vm-comparison.md"),
             "| system | hot |\n|---|---|\n| memtide | 99 % |\n\n",
         )
         .unwrap();
-        let section = vm_comparison(dir.path());
+        // No DAMON row: no calibration either.
+        let section = vm_comparison(dir.path(), &cfg).unwrap();
         assert!(
             section.contains("## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot")
         );
