@@ -89,7 +89,9 @@ fn at(samples: &[Sample], p: Periods) -> Vec<Sample> {
 /// returns the plans (applied to the model as they come).
 fn plans(batches: &[Vec<Sample>], p: Periods, fast: u64) -> Vec<Plan> {
     let mut config = TieringConfig::default();
+    // A fixed epoch of the 20 intervals between plans.
     config.policy.epoch.adaptive = false;
+    config.policy.epoch.initial_ms = 20 * INTERVAL_MS;
     let mut tiering = Tiering::new(config).unwrap();
     let mut model = TierModel::new(0, GIB, Tier::Slow, fast);
     let mut out = Vec::new();

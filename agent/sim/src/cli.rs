@@ -269,10 +269,11 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     };
     let r = super::simulate(&spec, policy, &cfg)
         .with_context(|| format!("simulating {} under {}", path.display(), policy.name()))?;
-    if r.simulated_clock_s < 2.0 {
+    let first_epoch_s = memtide_core::policy::EpochConfig::default().initial_ms as f64 / 1000.0;
+    if r.simulated_clock_s < 2.0 * first_epoch_s {
         eprintln!(
-            "memtide: note: the trace spans only {:.2} s of simulated time ({} records × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
-            r.simulated_clock_s, r.records, r.record_weight, cfg.access_ns
+            "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
+            r.simulated_clock_s, r.memory_records, r.record_weight, cfg.access_ns
         );
     }
     if args.json {

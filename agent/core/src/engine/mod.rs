@@ -22,6 +22,9 @@ mod view;
 
 use std::time::Duration;
 
+/// How long the reuse histogram takes to halve: the one-second epoch it was once halved at.
+const REUSE_HALF_LIFE: Duration = Duration::from_secs(1);
+
 pub use memtide_common::AccessKind;
 use serde::Serialize;
 
@@ -179,6 +182,8 @@ pub struct Engine {
     /// `hist`'s heats: one walk of 20 MiB fewer per interval at 1 TiB.
     cover_hist: Histogram,
     reuse: ReuseHistogram,
+    /// Interval count at the reuse histogram's last halving.
+    reuse_halved_at: u64,
     /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
     read_write_ratio: u32,
     /// The hot cut-off of the epoch that ended at the last plan, while its per-record resets
@@ -212,6 +217,7 @@ impl Engine {
             hist: Histogram::default(),
             cover_hist: Histogram::default(),
             reuse: ReuseHistogram::default(),
+            reuse_halved_at: 0,
             read_write_ratio,
             epoch_end: None,
             intervals: 0,
@@ -528,7 +534,14 @@ impl Engine {
     pub fn end_epoch(&mut self, free_superpages: u64) {
         // Records keep their heat until the next close: the resets are exact done then.
         self.epoch_end = Some((self.hot_cutoff.max(1), self.units.write_factor()));
-        self.reuse.halve();
+        // By time, not by plan: at 10 ms epochs a per-plan halving would forget the reuses of
+        // the last second within a few intervals, and one epoch's burst of long gaps would
+        // set the floor alone again.
+        let half_life = (REUSE_HALF_LIFE.as_millis() as u64 / self.cfg.interval_ms).max(1);
+        if self.intervals >= self.reuse_halved_at + half_life {
+            self.reuse.halve();
+            self.reuse_halved_at = self.intervals;
+        }
         self.stage2.cool_all(self.cfg.stage2_cooling_shift);
         if self.cfg.adapt_top_n {
             let free = usize::try_from(free_superpages).unwrap_or(usize::MAX);

@@ -63,22 +63,42 @@ pub(crate) struct Stage2 {
     /// Per slot: 512 read counters then 512 write counters.
     counters: Vec<u32>,
     free: Vec<u32>,
-    /// Per slot, this epoch's samples: pages seen at least once, at least twice, and the count.
-    epoch_seen: Vec<EpochSeen>,
+    /// Per slot, the samples of its current window (see [`SampleWindow`]).
+    windows: Vec<SampleWindow>,
 }
 
+/// The samples of one superpage since its window opened: pages seen at least once, at least
+/// twice, and the count. A window spans as many epochs as it takes to gather
+/// [`WINDOW_SAMPLES`]: whether a superpage's heat sits on a few pages or on all of them is a
+/// question of how many samples were seen, not of how long the epoch was, and a superpage
+/// sampled ten times an epoch needs several epochs to tell.
 #[derive(Clone, Copy, Debug, Default)]
-struct EpochSeen {
+struct SampleWindow {
     once: [u64; 8],
     twice: [u64; 8],
     samples: u32,
+    /// Coverage of the last window that closed full, read while the open one fills.
+    closed_coverage: Option<f32>,
 }
 
-/// Below this many samples in an epoch a superpage's coverage is not estimated.
-const MIN_COVERAGE_SAMPLES: u32 = 16;
+/// Samples that close a window. 64 samples tell 32 hot pages (the most Rainbow's sparse
+/// superpages hold) from 512: coverage about 0.86 against 0.12.
+pub const WINDOW_SAMPLES: u32 = 64;
 /// Below this sample coverage the unseen pages are not extrapolated: nearly every sample hit a
 /// new page, which is what scattered stray accesses look like as much as dense data.
 const MIN_COVERAGE: f64 = 0.3;
+
+impl SampleWindow {
+    fn coverage(&self) -> f64 {
+        let f1: u32 = self
+            .once
+            .iter()
+            .zip(&self.twice)
+            .map(|(o, t)| (o & !t).count_ones())
+            .sum();
+        1.0 - f64::from(f1) / f64::from(self.samples.max(1))
+    }
+}
 
 impl Stage2 {
     /// A zeroed slot for superpage `sp`.
@@ -86,12 +106,12 @@ impl Stage2 {
         if let Some(slot) = self.free.pop() {
             self.sps[slot as usize] = sp;
             self.slot_mut(slot).fill(0);
-            self.epoch_seen[slot as usize] = EpochSeen::default();
+            self.windows[slot as usize] = SampleWindow::default();
             slot
         } else {
             self.sps.push(sp);
             self.counters.resize(self.counters.len() + 2 * SUBPAGES, 0);
-            self.epoch_seen.push(EpochSeen::default());
+            self.windows.push(SampleWindow::default());
             (self.sps.len() - 1) as u32
         }
     }
@@ -114,7 +134,7 @@ impl Stage2 {
     /// (reads, writes) counters of a slot.
     /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate.
     pub(crate) fn note_sample(&mut self, slot: u32, page: usize) {
-        let e = &mut self.epoch_seen[slot as usize];
+        let e = &mut self.windows[slot as usize];
         let (word, bit) = (page / 64, 1u64 << (page % 64));
         if e.once[word] & bit != 0 {
             e.twice[word] |= bit;
@@ -125,27 +145,34 @@ impl Stage2 {
     }
 
     /// How many pages a superpage's accessed pages stand for, given that sampling missed some:
-    /// `1 / C` with Good–Turing's sample coverage `C = 1 − f1 / n` (`f1` pages seen exactly
-    /// once this epoch, `n` samples). Dense data sampled thinly (every page seen about once)
-    /// has low coverage and scales up; a few hot pages seen many times have coverage near 1.
-    /// 1.0 when the epoch had too few samples, or too low a coverage, to tell.
+    /// `1 / C` with its sample coverage (see [`coverage`](Self::coverage)). Dense data sampled
+    /// thinly (every page seen about once) has low coverage and scales up; a few hot pages seen
+    /// many times have coverage near 1. 1.0 until a window has filled, or when the coverage is
+    /// too low to tell.
     pub(crate) fn density_scale(&self, slot: u32) -> f64 {
-        let e = &self.epoch_seen[slot as usize];
-        if e.samples < MIN_COVERAGE_SAMPLES {
-            return 1.0;
+        match self.coverage(slot) {
+            Some(coverage) if coverage >= MIN_COVERAGE => 1.0 / coverage,
+            _ => 1.0,
         }
-        let f1: u32 = e
-            .once
-            .iter()
-            .zip(&e.twice)
-            .map(|(o, t)| (o & !t).count_ones())
-            .sum();
-        let coverage = 1.0 - f64::from(f1) / f64::from(e.samples);
-        if coverage < MIN_COVERAGE {
-            1.0
+    }
+
+    /// Good–Turing's sample coverage `C = 1 − f1 / n` of a slot's window (`f1` pages seen
+    /// exactly once, `n` samples): the share of the superpage's coming accesses estimated to
+    /// fall on pages already sampled. From the open window once it holds
+    /// [`WINDOW_SAMPLES`], else from the last full one; `None` before any window filled.
+    pub(crate) fn coverage(&self, slot: u32) -> Option<f64> {
+        let w = &self.windows[slot as usize];
+        if w.samples >= WINDOW_SAMPLES {
+            Some(w.coverage())
         } else {
-            1.0 / coverage
+            w.closed_coverage.map(f64::from)
         }
+    }
+
+    /// Whether any sample (not a DAMON credit) reached the slot since it was given out.
+    pub(crate) fn sampled(&self, slot: u32) -> bool {
+        let w = &self.windows[slot as usize];
+        w.samples > 0 || w.closed_coverage.is_some()
     }
 
     pub(crate) fn counters(&self, slot: u32) -> (&[u32], &[u32]) {
@@ -174,14 +201,21 @@ impl Stage2 {
         for c in &mut self.counters {
             *c = cool(*c, shift);
         }
-        self.epoch_seen.fill(EpochSeen::default());
+        for w in &mut self.windows {
+            if w.samples >= WINDOW_SAMPLES {
+                *w = SampleWindow {
+                    closed_coverage: Some(w.coverage() as f32),
+                    ..SampleWindow::default()
+                };
+            }
+        }
     }
 
     pub(crate) fn memory_bytes(&self) -> usize {
         self.sps.capacity() * size_of::<u64>()
             + self.counters.capacity() * size_of::<u32>()
             + self.free.capacity() * size_of::<u32>()
-            + self.epoch_seen.capacity() * size_of::<EpochSeen>()
+            + self.windows.capacity() * size_of::<SampleWindow>()
     }
 }
 
@@ -209,19 +243,42 @@ mod tests {
                 s.note_sample(hot, p);
             }
         }
+        assert_eq!(s.coverage(hot), Some(1.0));
         assert_eq!(s.density_scale(hot), 1.0);
         // Every sample on a new page (uniform stray accesses): coverage 0, not extrapolated.
         let stray = s.allocate(3);
         for p in 0..100 {
             s.note_sample(stray, p);
         }
+        assert_eq!(s.coverage(stray), Some(0.0));
         assert_eq!(s.density_scale(stray), 1.0);
-        // Too few samples to tell; and an epoch boundary forgets everything.
-        let few = s.allocate(4);
-        s.note_sample(few, 0);
-        assert_eq!(s.density_scale(few), 1.0);
+    }
+
+    #[test]
+    fn a_window_spans_epochs_until_it_holds_enough_samples() {
+        let mut s = Stage2::default();
+        let slot = s.allocate(1);
+        // 40 samples on four pages, over an epoch: too few to tell, whatever the epoch.
+        for i in 0..40 {
+            s.note_sample(slot, (i % 4) * 100);
+        }
+        assert_eq!(s.coverage(slot), None);
+        assert_eq!(s.density_scale(slot), 1.0);
         s.cool_all(1);
-        assert_eq!(s.density_scale(dense), 1.0);
+        // The window stays open across the epoch's end and fills in the next one.
+        for i in 0..24 {
+            s.note_sample(slot, (i % 4) * 100);
+        }
+        assert_eq!(s.coverage(slot), Some(1.0));
+        // Closed at the next epoch's end, its coverage stands while the next window fills.
+        s.cool_all(1);
+        s.note_sample(slot, 7);
+        assert_eq!(s.coverage(slot), Some(1.0));
+        // A slot given to another superpage starts with nothing.
+        s.release(slot);
+        let again = s.allocate(2);
+        assert_eq!(again, slot);
+        assert_eq!(s.coverage(again), None);
     }
 
     #[test]

@@ -80,6 +80,17 @@ impl<'a> HotnessView<'a> {
         self.stage2.density_scale(slot)
     }
 
+    /// Good–Turing coverage of a slot's last full window of samples (`None` before one
+    /// filled).
+    pub(crate) fn sample_coverage(&self, slot: u32) -> Option<f64> {
+        self.stage2.coverage(slot)
+    }
+
+    /// Whether samples (not DAMON credits) reached the slot.
+    pub(crate) fn sampled(&self, slot: u32) -> bool {
+        self.stage2.sampled(slot)
+    }
+
     /// How many read samples a write sample is worth.
     #[must_use]
     pub fn write_factor(&self) -> f64 {

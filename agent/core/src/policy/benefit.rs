@@ -143,6 +143,10 @@ pub struct CostModel {
     pub migrate_page_ns: f64,
     pub migrate_op_ns: f64,
     pub writeback_page_ns: f64,
+    /// Epochs a moved range is expected to keep the heat that moved it (≥ 1): its one-off
+    /// migration and write-back costs are shared out over them, so each cost below is per
+    /// epoch of that residence, as the accesses it is weighed against are.
+    pub residence_epochs: f64,
 }
 
 impl CostModel {
@@ -156,6 +160,16 @@ impl CostModel {
             migrate_page_ns: cfg.migrate_page_ns,
             migrate_op_ns: cfg.migrate_op_ns,
             writeback_page_ns: cfg.writeback_page_ns,
+            residence_epochs: 1.0,
+        }
+    }
+
+    /// The same costs shared out over `epochs` of expected residence (at least one).
+    #[must_use]
+    pub fn over_residence(self, epochs: f64) -> Self {
+        Self {
+            residence_epochs: epochs.max(1.0),
+            ..self
         }
     }
 
@@ -166,16 +180,17 @@ impl CostModel {
             + (self.slow_write_ns - self.fast_write_ns) * writes
     }
 
-    /// T_mig for one chunk of `bytes`.
+    /// T_mig for one chunk of `bytes`, per epoch of residence.
     #[must_use]
     pub fn migrate_cost(&self, bytes: u64) -> f64 {
-        self.migrate_op_ns + self.migrate_page_ns * (bytes / PAGE_SIZE) as f64
+        (self.migrate_op_ns + self.migrate_page_ns * (bytes / PAGE_SIZE) as f64)
+            / self.residence_epochs
     }
 
-    /// T_writeback for demoting `bytes`.
+    /// T_writeback for demoting `bytes`, per epoch of residence.
     #[must_use]
     pub fn writeback_cost(&self, bytes: u64) -> f64 {
-        self.writeback_page_ns * (bytes / PAGE_SIZE) as f64
+        self.writeback_page_ns * (bytes / PAGE_SIZE) as f64 / self.residence_epochs
     }
 
     /// Eq. (1): benefit of promoting a chunk of `bytes` seeing `reads`/`writes` into free fast memory.
@@ -261,6 +276,27 @@ mod tests {
 
     fn model() -> CostModel {
         CostModel::new(&BenefitConfig::default(), &CapacityView::default())
+    }
+
+    #[test]
+    fn costs_are_shared_out_over_the_expected_residence() {
+        let m = model();
+        let shared = m.over_residence(4.0);
+        assert_eq!(
+            shared.migrate_cost(PAGE_SIZE),
+            m.migrate_cost(PAGE_SIZE) / 4.0
+        );
+        assert_eq!(
+            shared.writeback_cost(PAGE_SIZE),
+            m.writeback_cost(PAGE_SIZE) / 4.0
+        );
+        // The accesses it is weighed against are per epoch already: unchanged.
+        assert_eq!(shared.access_value(10.0, 1.0), m.access_value(10.0, 1.0));
+        // Never more than the whole cost in one epoch.
+        assert_eq!(
+            m.over_residence(0.2).migrate_cost(PAGE_SIZE),
+            m.migrate_cost(PAGE_SIZE)
+        );
     }
 
     #[test]

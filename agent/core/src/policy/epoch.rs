@@ -6,10 +6,12 @@
 //! and that a hot set oscillating around the capacity cut-off wants long ones (pagerank at 30 %).
 //! The paper gives a correlation, not an algorithm; the controller below is the digest's
 //! heuristic, applied once per epoch with multiplicative steps:
-//! 1. oscillation (ping-pong, or a full fast tier with a half-changing hot set) → longer;
+//! 1. oscillation (ping-pong, or a full fast tier with a half-changing hot set) whose moves did
+//!    not pay back → longer;
 //! 2. last plan's moves did not pay back: what its promotions gained, less what the data evicted
 //!    for them lost, came to less than their copy cost → longer;
-//! 3. the working set shrank, or the hot set shifted → shorter;
+//! 3. the working set shrank, or the hot set shifted → shorter, unless the last payback
+//!    measured fell short (then hold);
 //! 4. never shorter than the median sampled reuse time, the side of the dip that works. Only
 //!    reuses the fast tier can bridge count: one after longer than the workload takes to touch a
 //!    fast tier's worth of other superpages finds its data evicted whatever the epoch. The reuse
@@ -28,9 +30,12 @@ use crate::validate::{ConfigError, check};
 pub struct EpochConfig {
     /// Adapt the epoch; when false it stays at `initial_ms`. Default true.
     pub adaptive: bool,
-    /// First epoch length, ms. Default 1000.
+    /// First epoch length, ms: start at the shortest and lengthen on evidence (oscillation,
+    /// moves that do not pay, reuse). Default 10.
     pub initial_ms: u64,
-    /// Shortest epoch, ms. Default 100 (HMA's best; Kleio's 10 ms is overhead-bound in user space).
+    /// Shortest epoch, ms. Default 10 (HeMem's migration interval, Kleio's epoch). The daemon
+    /// also keeps each target's planning under 5 % of a core, so a target whose plan takes
+    /// 5 ms plans at most every 100 ms.
     pub min_ms: u64,
     /// Longest epoch, ms. Default 20000 (Memos' decision loop).
     pub max_ms: u64,
@@ -53,8 +58,8 @@ impl Default for EpochConfig {
     fn default() -> Self {
         Self {
             adaptive: true,
-            initial_ms: 1000,
-            min_ms: 100,
+            initial_ms: 10,
+            min_ms: 10,
             max_ms: 20_000,
             step: 2.0,
             shift_jaccard: 0.5,
@@ -115,6 +120,8 @@ pub struct EpochInputs {
 pub enum EpochChange {
     #[default]
     Hold,
+    /// Would have shortened, but the last moves measured did not pay back.
+    HoldUnpaid,
     LongerOscillation,
     LongerPayback,
     LongerReuse,
@@ -125,6 +132,8 @@ pub enum EpochChange {
 #[derive(Clone, Debug)]
 pub struct EpochController {
     current_ms: u64,
+    /// The last payback measured (plans that promote nothing measure none).
+    last_payback: Option<f64>,
 }
 
 impl EpochController {
@@ -132,6 +141,7 @@ impl EpochController {
     pub fn new(cfg: &EpochConfig) -> Self {
         Self {
             current_ms: cfg.initial_ms,
+            last_payback: None,
         }
     }
 
@@ -152,18 +162,32 @@ impl EpochController {
         let shrinking = i
             .prev_touched
             .is_some_and(|p| (i.touched as f64) < p as f64 * (1.0 - cfg.shrink_fraction));
-        let (mut next, mut change) =
-            if i.pingpong_share > cfg.oscillation_pingpong || (i.capacity_bound && half_shifted) {
-                (cur * cfg.step, EpochChange::LongerOscillation)
-            } else if i.payback.is_some_and(|p| p < cfg.min_payback) {
-                (cur * cfg.step, EpochChange::LongerPayback)
-            } else if shrinking {
-                (cur / cfg.step, EpochChange::ShorterShrinking)
-            } else if i.jaccard.is_some_and(|j| j < cfg.shift_jaccard) {
-                (cur / cfg.step, EpochChange::ShorterShifting)
-            } else {
-                (cur, EpochChange::Hold)
-            };
+        // Moves that reverse earlier ones are waste only when they do not pay for themselves: a
+        // sweep through more data than the fast tier holds is promoted and demoted again by
+        // design, and pays while the sweep is on it.
+        if i.payback.is_some() {
+            self.last_payback = i.payback;
+        }
+        // A plan that promoted nothing measures no payback; until one does, the last one
+        // stands, or a stream the moves could not keep up with would shorten the epoch again
+        // as soon as the threshold stopped the moves.
+        let last_unpaid = self.last_payback.is_some_and(|p| p < cfg.min_payback);
+        let paid = i.payback.is_some_and(|p| p >= cfg.min_payback);
+        let oscillating =
+            i.pingpong_share > cfg.oscillation_pingpong || (i.capacity_bound && half_shifted);
+        let (mut next, mut change) = if oscillating && !paid {
+            (cur * cfg.step, EpochChange::LongerOscillation)
+        } else if i.payback.is_some_and(|p| p < cfg.min_payback) {
+            (cur * cfg.step, EpochChange::LongerPayback)
+        } else if last_unpaid {
+            (cur, EpochChange::HoldUnpaid)
+        } else if shrinking {
+            (cur / cfg.step, EpochChange::ShorterShrinking)
+        } else if i.jaccard.is_some_and(|j| j < cfg.shift_jaccard) {
+            (cur / cfg.step, EpochChange::ShorterShifting)
+        } else {
+            (cur, EpochChange::Hold)
+        };
         if let Some(reuse) = i.reuse_median {
             let floor = reuse.as_secs_f64() * 1000.0;
             if next < floor {
@@ -185,7 +209,10 @@ mod tests {
     use super::*;
 
     fn ctl(ms: u64) -> EpochController {
-        EpochController { current_ms: ms }
+        EpochController {
+            current_ms: ms,
+            last_payback: None,
+        }
     }
 
     #[test]
@@ -221,7 +248,10 @@ mod tests {
 
     #[test]
     fn shrinking_and_shifting_shorten_down_to_min() {
-        let cfg = EpochConfig::default();
+        let cfg = EpochConfig {
+            min_ms: 100,
+            ..EpochConfig::default()
+        };
         let mut c = ctl(400);
         let shrink = EpochInputs {
             touched: 89,
@@ -243,6 +273,44 @@ mod tests {
         assert_eq!(c.update(&cfg, &shift), EpochChange::ShorterShifting);
         assert_eq!(c.update(&cfg, &shift), EpochChange::ShorterShifting);
         assert_eq!(c.current(), Duration::from_millis(100));
+    }
+
+    #[test]
+    fn paid_oscillation_holds_and_unpaid_moves_hold_against_shortening() {
+        let cfg = EpochConfig::default();
+        let mut c = ctl(400);
+        // Ping-pong that paid for itself (a sweep promoted and demoted by design): no change.
+        let paid_pingpong = EpochInputs {
+            pingpong_share: 0.5,
+            payback: Some(3.0),
+            ..EpochInputs::default()
+        };
+        assert_eq!(c.update(&cfg, &paid_pingpong), EpochChange::Hold);
+        assert_eq!(c.current(), Duration::from_millis(400));
+        // Moves that did not pay: longer, and a shrinking working set seen while no later plan
+        // promoted anything (no payback measured) does not shorten it again.
+        let unpaid = EpochInputs {
+            payback: Some(0.2),
+            ..EpochInputs::default()
+        };
+        assert_eq!(c.update(&cfg, &unpaid), EpochChange::LongerPayback);
+        let shrinking = EpochInputs {
+            touched: 50,
+            prev_touched: Some(100),
+            ..EpochInputs::default()
+        };
+        assert_eq!(c.update(&cfg, &shrinking), EpochChange::HoldUnpaid);
+        assert_eq!(c.current(), Duration::from_millis(800));
+        // Once a plan's moves pay again, shrinking shortens.
+        let paid_shrinking = EpochInputs {
+            payback: Some(2.0),
+            ..shrinking
+        };
+        assert_eq!(
+            c.update(&cfg, &paid_shrinking),
+            EpochChange::ShorterShrinking
+        );
+        assert_eq!(c.current(), Duration::from_millis(400));
     }
 
     #[test]
@@ -276,6 +344,6 @@ mod tests {
             ..EpochInputs::default()
         };
         assert_eq!(c.update(&cfg, &i), EpochChange::Hold);
-        assert_eq!(c.current(), Duration::from_secs(1));
+        assert_eq!(c.current(), Duration::from_millis(10));
     }
 }

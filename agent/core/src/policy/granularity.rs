@@ -12,7 +12,13 @@
 //! the rule's purpose (64 KiB locality without 2 MiB locality) needs.
 //!
 //! The target granularity is a ceiling; per region the planner goes finer where the data is
-//! sparse (Rainbow): a superpage moves whole only when it is dense, a medium chunk only when it is.
+//! sparse (Rainbow), a medium chunk moving only when it is dense. With sampled accesses, "dense"
+//! cannot be confirmed page by page (a superpage sampled 20 times an epoch shows at most 20
+//! pages), only "sparse" can: samples that keep landing on the pages already seen, away from
+//! each other ([`ScanRegion::samples_show_sparse`]). So a superpage moves whole (the unit of
+//! THP, HeMem and the kernel) unless its samples show it sparse; Ryoo's density then picks
+//! between medium chunks and pages within it. Dense data sampled thinly, and a sweep whose
+//! samples run along neighbouring pages, both move whole.
 
 use serde::{Deserialize, Serialize};
 
@@ -103,13 +109,18 @@ impl GranularityConfig {
         usize::try_from(self.medium.pages()).unwrap_or(SUBPAGES)
     }
 
-    /// Whether a superpage with `accessed` pages moves whole under `target`.
+    /// Whether a superpage moves whole under `target`: pinned, when any page was accessed;
+    /// adaptive, when Ryoo's move-in rule finds it dense under a 2 MiB target, or when it was
+    /// sampled, shows heat and its samples do not show it sparse.
     #[must_use]
-    pub fn moves_whole(&self, target: Granularity, accessed: u32) -> bool {
+    pub fn moves_whole(&self, target: Granularity, region: &ScanRegion) -> bool {
+        let accessed: u32 = region.accessed.iter().map(|w| w.count_ones()).sum();
         if self.fixed {
             return target >= Granularity::MIB_2 && accessed > 0;
         }
-        target >= Granularity::MIB_2 && accessed > self.thr_high_2m
+        let dense = region.estimate(accessed, SUBPAGES as u32) > self.thr_high_2m;
+        (target >= Granularity::MIB_2 && dense)
+            || (region.sampled && region.shows_heat() && !region.samples_show_sparse())
     }
 
     /// Granularity of a medium chunk with `accessed` pages under `target` (when not moved whole).
@@ -141,9 +152,57 @@ pub struct ScanRegion {
     /// Accessed pages each observed accessed page stands for (≥ 1): sampling misses pages of
     /// dense data, and Ryoo's thresholds assume complete access bits.
     pub density_scale: f64,
+    /// Good–Turing coverage of the region's last full window of samples (`None`: none filled
+    /// yet): the share of its coming accesses expected on pages already sampled.
+    pub coverage: Option<f64>,
+    /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses).
+    pub hot: bool,
+    /// Samples reached it (a PMU or page-fault source). DAMON's credits are not samples: its
+    /// regions' accessed bits are complete at its resolution, and Ryoo's thresholds read them
+    /// as they are.
+    pub sampled: bool,
 }
 
+/// Coverage from which a region's samples count as resolving its pages: most samples fell on
+/// pages seen before. 32 hot pages give about 0.86 over a 64-sample window, 512 about 0.12.
+pub const SPARSE_COVERAGE: f64 = 0.5;
+
 impl ScanRegion {
+    /// Whether the region shows heat rather than stray accesses: stage 1 ranks it hot, or its
+    /// samples keep returning to the pages they found (a full window's coverage at least
+    /// [`SPARSE_COVERAGE`]). A superpage outside the hot set whose every sample found a new
+    /// page is as likely touched in passing as warm: only the pages its samples resolve move,
+    /// one by one, by the evidence floor (`benefit.min_samples`).
+    #[must_use]
+    pub fn shows_heat(&self) -> bool {
+        self.hot || self.resolves_pages()
+    }
+
+    /// Whether the samples rank the region's pages: a full window's coverage at least
+    /// [`SPARSE_COVERAGE`], most samples on pages seen before.
+    #[must_use]
+    pub fn resolves_pages(&self) -> bool {
+        self.coverage.is_some_and(|c| c >= SPARSE_COVERAGE)
+    }
+
+    /// Whether the samples show the region's heat on a few scattered pages: a full window of
+    /// them, mostly on pages seen before (coverage at least [`SPARSE_COVERAGE`]), and the pages
+    /// they found mostly without an accessed neighbour (a sweep samples page after page).
+    #[must_use]
+    pub fn samples_show_sparse(&self) -> bool {
+        if !self.resolves_pages() {
+            return false;
+        }
+        let accessed = |p: usize| self.accessed[p / 64] & (1 << (p % 64)) != 0;
+        let (mut pages, mut with_neighbour) = (0u32, 0u32);
+        for p in (0..SUBPAGES).filter(|&p| accessed(p)) {
+            pages += 1;
+            let neighbour = (p > 0 && accessed(p - 1)) || (p + 1 < SUBPAGES && accessed(p + 1));
+            with_neighbour += u32::from(neighbour);
+        }
+        with_neighbour * 2 < pages
+    }
+
     /// Estimated accessed pages among `observed`, at most `pages`.
     #[must_use]
     pub fn estimate(&self, observed: u32, pages: u32) -> u32 {
@@ -318,6 +377,9 @@ mod tests {
             accessed,
             residency: Residency::all(Tier::Slow),
             density_scale: 1.0,
+            coverage: None,
+            hot: true,
+            sampled: true,
         }
     }
 
@@ -362,6 +424,9 @@ mod tests {
             accessed,
             residency: Residency::all(Tier::Fast),
             density_scale: 1.0,
+            coverage: None,
+            hot: true,
+            sampled: true,
         };
         // Dense streaming data in fast memory keeps 2 MiB.
         let mut st = GranularityState {
@@ -449,12 +514,27 @@ mod tests {
         assert_eq!(st.current(), Granularity::MIB_2);
     }
 
+    /// A slow region whose samples resolved it (coverage 1).
+    fn resolved(pages: impl IntoIterator<Item = usize>) -> ScanRegion {
+        ScanRegion {
+            coverage: Some(1.0),
+            ..slow_region(0, mask(pages))
+        }
+    }
+
     #[test]
     fn per_region_choice() {
         let cfg = GranularityConfig::default();
-        assert!(cfg.moves_whole(Granularity::MIB_2, 481));
-        assert!(!cfg.moves_whole(Granularity::MIB_2, 480));
-        assert!(!cfg.moves_whole(Granularity::KIB_64, 512));
+        // Ryoo's density under a 2 MiB target, for regions whose samples resolve them (every
+        // other page: no accessed page has an accessed neighbour).
+        let scattered = |n: usize| resolved((0..SUBPAGES).step_by(2).take(n));
+        let dense = |n: usize| ScanRegion {
+            density_scale: 2.0,
+            ..scattered(n)
+        };
+        assert!(cfg.moves_whole(Granularity::MIB_2, &dense(241)));
+        assert!(!cfg.moves_whole(Granularity::MIB_2, &dense(240)));
+        assert!(!cfg.moves_whole(Granularity::KIB_64, &dense(256)));
         assert_eq!(
             cfg.chunk_granularity(Granularity::MIB_2, 11),
             Granularity::KIB_64
@@ -466,6 +546,52 @@ mod tests {
         assert_eq!(
             cfg.chunk_granularity(Granularity::KIB_4, 16),
             Granularity::KIB_4
+        );
+    }
+
+    #[test]
+    fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
+        let cfg = GranularityConfig::default();
+        // Hot pages scattered, their samples landing on them again and again: parts.
+        let sparse = resolved([3, 70, 200, 411]);
+        assert!(sparse.samples_show_sparse());
+        assert!(!cfg.moves_whole(Granularity::KIB_4, &sparse));
+        // Dense data sampled thinly: most samples found a new page, so nothing is resolved.
+        let thin = ScanRegion {
+            coverage: Some(0.12),
+            ..resolved([3, 70, 200, 411])
+        };
+        assert!(!thin.samples_show_sparse());
+        assert!(cfg.moves_whole(Granularity::KIB_4, &thin));
+        // No full window of samples yet: not resolved either.
+        let young = ScanRegion {
+            coverage: None,
+            ..sparse
+        };
+        assert!(cfg.moves_whole(Granularity::KIB_4, &young));
+        // A sweep part-way through: its samples run along neighbouring pages, and the rest of
+        // the superpage comes next.
+        let sweep = resolved(0..40);
+        assert!(!sweep.samples_show_sparse());
+        assert!(cfg.moves_whole(Granularity::KIB_4, &sweep));
+        // Outside stage 1's hot set the same samples are too little to move 2 MiB for.
+        assert!(!cfg.moves_whole(Granularity::KIB_4, &ScanRegion { hot: false, ..thin }));
+        assert!(!cfg.moves_whole(
+            Granularity::KIB_4,
+            &ScanRegion {
+                hot: false,
+                ..young
+            }
+        ));
+        // At the bound: half the pages with a neighbour is not sparse, fewer is.
+        assert!(!resolved([0, 1, 10, 20]).samples_show_sparse());
+        assert!(resolved([0, 1, 10, 20, 30]).samples_show_sparse());
+        assert!(
+            !ScanRegion {
+                coverage: Some(SPARSE_COVERAGE - 0.01),
+                ..sparse
+            }
+            .samples_show_sparse()
         );
     }
 
@@ -504,12 +630,15 @@ mod tests {
                 accessed: mask([0]),
                 residency: Residency::all(Tier::Fast),
                 density_scale: 1.0,
+                coverage: Some(1.0),
+                hot: true,
+                sampled: true,
             })
             .collect();
         st.update(&cfg, &sparse);
         assert_eq!(st.current(), Granularity::MIB_2);
-        assert!(cfg.moves_whole(Granularity::MIB_2, 1));
-        assert!(!cfg.moves_whole(Granularity::MIB_2, 0));
+        assert!(cfg.moves_whole(Granularity::MIB_2, &sparse[0]));
+        assert!(!cfg.moves_whole(Granularity::MIB_2, &resolved([])));
         let adaptive = GranularityConfig {
             initial: Granularity::MIB_2,
             ..GranularityConfig::default()
@@ -517,7 +646,7 @@ mod tests {
         let mut a = GranularityState::new(&adaptive);
         a.update(&adaptive, &sparse);
         assert_ne!(a.current(), Granularity::MIB_2);
-        assert!(!adaptive.moves_whole(Granularity::MIB_2, 1));
+        assert!(!adaptive.moves_whole(Granularity::MIB_2, &resolved([0])));
         let m = GranularityConfig {
             initial: Granularity::KIB_64,
             fixed: true,

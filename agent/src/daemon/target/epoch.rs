@@ -48,6 +48,19 @@ const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
 /// targets' plans would cost more than the plans.
 const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 
+/// Planning may take at most 1/`PLAN_CPU_SHARE` of a core per target (5 %): a target whose
+/// plan takes 5 ms (about 100 GiB tracked, docs/benchmarks.md) plans at most every 100 ms,
+/// however short its epoch.
+const PLAN_CPU_SHARE: u32 = 20;
+
+/// When the next plan is due: at the epoch's due time, but not sooner after the last plan
+/// than [`PLAN_CPU_SHARE`] times what that plan took.
+pub(super) fn plan_due(epoch_due: Duration, last_plan: Option<(Duration, Duration)>) -> Duration {
+    last_plan.map_or(epoch_due, |(at, took)| {
+        epoch_due.max(at + took * PLAN_CPU_SHARE)
+    })
+}
+
 /// How long a target waits for samples before planning again, after `quiet_plans` plans in a
 /// row that saw none and moved nothing (0: the last plan saw samples but moved nothing).
 pub(super) fn quiet_wait(quiet_plans: u32) -> Duration {
@@ -320,6 +333,7 @@ impl State {
             self.assumed.net_promoted_bytes = 0;
         }
         capacity.share = self.fast_share(&capacity);
+        let started = Instant::now();
         let plan = if observing && !self.assumed.ranges.is_empty() {
             let view = AssumedView {
                 real: placement,
@@ -329,6 +343,7 @@ impl State {
         } else {
             self.tiering.plan(now, placement, &capacity)
         };
+        self.plan_took = started.elapsed();
         self.last_would_promote = plan.would_promote_bytes;
         plan
     }

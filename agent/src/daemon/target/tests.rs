@@ -253,7 +253,10 @@ fn a_full_fast_tier_demotes_around_what_the_application_placed_itself() {
         ..CapacityView::default()
     };
     let demoted = |view: &TierPlacement| {
-        let mut tiering = Tiering::new(TieringConfig::default()).unwrap();
+        // A one-second first epoch: its demotion budget covers both superpages.
+        let mut config = TieringConfig::default();
+        config.policy.epoch.initial_ms = 1000;
+        let mut tiering = Tiering::new(config).unwrap();
         let plan = tiering.plan(Duration::from_secs(1), view, &capacity);
         let moved = |start: u64| {
             plan.moves
@@ -458,4 +461,22 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
         "a sampled target did not plan"
     );
     drop((handle, child));
+}
+
+#[test]
+fn a_slow_plan_spaces_the_next_one_out_whatever_the_epoch() {
+    use std::time::Duration;
+
+    use super::epoch::plan_due;
+    let ms = Duration::from_millis;
+    // No plan yet: the epoch decides.
+    assert_eq!(plan_due(ms(10), None), ms(10));
+    // A 10 ms epoch after a plan that took 0.1 ms: the epoch decides.
+    assert_eq!(
+        plan_due(ms(110), Some((ms(100), Duration::from_micros(100)))),
+        ms(110)
+    );
+    // A plan that took 5 ms (a large target): the next one waits 100 ms, planning at most
+    // 5 % of a core.
+    assert_eq!(plan_due(ms(110), Some((ms(100), ms(5)))), ms(200));
 }

@@ -118,8 +118,11 @@ impl Planner {
         candidates
     }
 
-    /// The candidates of one superpage: whole when dense enough for the target granularity,
-    /// else per medium chunk that is dense, else per accessed page.
+    /// The candidates of one superpage: whole when it shows heat and its samples do not show it
+    /// sparse (or it is dense enough for a 2 MiB target), else per medium chunk that is dense,
+    /// else per accessed page. A whole that does not pass Eq. (1) offers no parts: where the
+    /// samples do not show the superpage sparse they cannot rank its pages (a sweep's ranked
+    /// pages are the ones it already left).
     fn region_candidates(
         &self,
         pc: &PolicyConfig,
@@ -129,7 +132,6 @@ impl Planner {
         out: &mut Vec<Candidate>,
     ) {
         let g = &pc.granularity;
-        let accessed: u32 = ctx.region.accessed.iter().map(|w| w.count_ones()).sum();
         if ctx.region.residency.slow_pages() == 0 {
             return;
         }
@@ -138,7 +140,8 @@ impl Planner {
                 out.push(c);
             }
         };
-        if g.moves_whole(target, accessed) {
+        // Whole when it pays; when it does not, its dense parts still may.
+        if g.moves_whole(target, ctx.region) {
             push(0, SUBPAGES, Granularity::MIB_2);
             return;
         }
@@ -222,5 +225,10 @@ fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u
         accessed,
         residency: view.residency(superpage_base(sp)),
         density_scale: hot.density_scale(slot),
+        coverage: hot.sample_coverage(slot),
+        sampled: hot.sampled(slot),
+        hot: hot
+            .superpage(sp)
+            .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
     }
 }

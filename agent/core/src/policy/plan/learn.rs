@@ -24,7 +24,7 @@ impl Planner {
         cap: &CapacityView,
     ) -> EpochChange {
         let payback = self.payback(hot, costs);
-        let (mut inter, mut union, mut touched, mut hot_now) = (0u64, 0u64, 0u64, 0u64);
+        let (mut inter, mut union, mut touched, mut hot_now, mut hot_before) = (0, 0, 0, 0, 0u64);
         let cutoff = hot.hot_cutoff.max(1);
         let had_prev = self.prev_touched.is_some();
         // How long ago each remembered superpage was last touched, to find the fast tier's reach.
@@ -36,6 +36,7 @@ impl Planner {
             let is_hot = hot.accesses(rec) >= cutoff;
             let was_hot = hot.hot_at_last_plan(rec);
             hot_now += u64::from(is_hot);
+            hot_before += u64::from(was_hot);
             inter += u64::from(is_hot && was_hot);
             union += u64::from(is_hot || was_hot);
             touched += u64::from(hot.touched_this_epoch(rec));
@@ -75,6 +76,9 @@ impl Planner {
             capacity_bound: self.last_capacity_bound,
         };
         self.prev_touched = Some(touched);
+        if had_prev && hot_before > 0 {
+            self.retention.note(inter as f64 / hot_before as f64);
+        }
         let pc = &self.cfg;
         let unpaid = payback.is_some_and(|p| p < pc.epoch.min_payback);
         self.threshold
@@ -124,10 +128,56 @@ impl Planner {
     }
 }
 
+/// How much of the hot set stays hot from one epoch to the next, smoothed over epochs.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct Retention(Option<f64>);
+
+impl Retention {
+    fn note(&mut self, share: f64) {
+        let share = share.clamp(0.0, 1.0);
+        self.0 = Some(self.0.map_or(share, |r| (r + share) / 2.0));
+    }
+
+    /// Epochs a superpage hot now is expected to stay hot, the next one included: with a share
+    /// `r` of the hot set kept each epoch, a hot superpage's heat lasts `1 / (1 − r)` epochs
+    /// on average (geometric). At most `cap`; one before any epoch was measured.
+    pub(super) fn residence_epochs(&self, cap: f64) -> f64 {
+        self.0
+            .map_or(1.0, |r| if r >= 1.0 { cap } else { 1.0 / (1.0 - r) })
+            .clamp(1.0, cap.max(1.0))
+    }
+}
+
 /// Whether the cooled heat still holds data reused `reuse` apart: it halves (for a cooling
 /// shift of 1) every counting interval, so after three intervals a superpage keeps an eighth
 /// of its heat and drops out of the 70 % hot set.
 pub(super) fn snapshot_covers(cfg: &EngineConfig, reuse: Option<Duration>) -> bool {
     let span = cfg.interval() * 3u32.div_ceil(cfg.cooling_shift.max(1));
     reuse.is_none_or(|r| r <= span)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Retention;
+
+    #[test]
+    fn residence_follows_how_much_of_the_hot_set_stays_hot() {
+        let mut r = Retention::default();
+        // Nothing measured: one epoch, the old Eq. (1).
+        assert_eq!(r.residence_epochs(100.0), 1.0);
+        // Half the hot set kept each epoch: a hot superpage stays hot two epochs on average.
+        r.note(0.5);
+        assert_eq!(r.residence_epochs(100.0), 2.0);
+        // Smoothed: one epoch that kept 90 % lifts 0.5 to 0.7, not to 0.9.
+        r.note(0.9);
+        assert!((r.residence_epochs(100.0) - 1.0 / 0.3).abs() < 1e-9);
+        // A hot set that never changes is held to the cap (the longest epoch's worth).
+        let mut stable = Retention::default();
+        stable.note(1.0);
+        assert_eq!(stable.residence_epochs(40.0), 40.0);
+        // A hot set replaced every epoch: no sharing out.
+        let mut churn = Retention::default();
+        churn.note(0.0);
+        assert_eq!(churn.residence_epochs(40.0), 1.0);
+    }
 }

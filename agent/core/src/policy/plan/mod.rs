@@ -147,6 +147,7 @@ pub struct Planner {
     last_pingpong: u64,
     last_capacity_bound: bool,
     prev_touched: Option<u64>,
+    retention: learn::Retention,
 }
 
 impl Planner {
@@ -164,6 +165,7 @@ impl Planner {
             last_pingpong: 0,
             last_capacity_bound: false,
             prev_touched: None,
+            retention: learn::Retention::default(),
             cfg,
         }
     }
@@ -198,7 +200,9 @@ impl Planner {
     }
 
     /// Addresses of the 4 KiB pages of stage-2 superpages that Eq. (1) classifies hot under the
-    /// current threshold and `cap`'s (or the configured) latencies, ascending.
+    /// current threshold and `cap`'s (or the configured) latencies, ascending. A page is hot
+    /// when one epoch of its accesses pays for its move, not shared out over its residence:
+    /// over a long residence a page sampled once would pay too.
     #[must_use]
     pub fn hot_subpages(&self, hot: &HotnessView<'_>, cap: &CapacityView) -> Vec<u64> {
         let costs = CostModel::new(&self.cfg.benefit, cap);
@@ -239,6 +243,7 @@ impl Planner {
         };
 
         let epoch_change = self.learn(hot, &costs, cap);
+        let costs = self.costs(cap);
         let pc = &self.cfg;
         self.marks.prune(
             epoch,
@@ -316,6 +321,17 @@ impl Planner {
             fast_share_target: share_target,
             fast_share,
         }
+    }
+
+    /// The plan's costs, each shared out over the epochs the hot set is expected to stay hot:
+    /// a promotion pays its copy once and is used for as long as its data stays hot, so a
+    /// short epoch does not make a stable hot set look too cheap to move. At most the longest
+    /// epoch's worth of time.
+    fn costs(&self, cap: &CapacityView) -> CostModel {
+        let cap_epochs =
+            self.cfg.epoch.max_ms as f64 / self.epoch.current().as_millis().max(1) as f64;
+        CostModel::new(&self.cfg.benefit, cap)
+            .over_residence(self.retention.residence_epochs(cap_epochs))
     }
 
     /// Counts the epoch and returns its index and its length so far, ms (capped at the longest

@@ -95,6 +95,7 @@ impl Report<'_> {
         let clock = range(&mut real_runs.iter().map(|r| r.simulated_clock_s));
         let plans = range(&mut self.real.iter().map(|t| info(t, "plans")));
         let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
+        let epoch_defaults = memtide_core::policy::EpochConfig::default();
         let f3 = |x: f64| format!("{x:.3}");
         let f0 = |x: f64| format!("{x:.0}");
         o.push_str(&super::fill(
@@ -107,6 +108,8 @@ impl Report<'_> {
                 ),
                 ("real_clock_min", format!("{:.1}", clock.0)),
                 ("real_clock_max", format!("{:.1}", clock.1)),
+                ("initial_ms", epoch_defaults.initial_ms.to_string()),
+                ("min_ms", epoch_defaults.min_ms.to_string()),
                 ("real_plans_min", f0(plans.0)),
                 ("real_plans_max", f0(plans.1)),
                 ("memtide_time", f3(gm_time(PolicyName::Memtide))),
