@@ -48,16 +48,22 @@ const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
 /// targets' plans would cost more than the plans.
 const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 
-/// Planning may take at most 1/`PLAN_CPU_SHARE` of a core per target (5 %): a target whose
-/// plan takes 5 ms (about 100 GiB tracked, docs/benchmarks.md) plans at most every 100 ms,
-/// however short its epoch.
+/// Planning, all targets together, may take at most 1/`PLAN_CPU_SHARE` of a core (5 %): a
+/// lone target whose plan takes 5 ms (about 100 GiB tracked, docs/benchmarks.md) plans at most
+/// every 100 ms however short its epoch, and a thousand targets whose plans take 0.1 ms each
+/// plan at most every 2 s.
 const PLAN_CPU_SHARE: u32 = 20;
 
 /// When the next plan is due: at the epoch's due time, but not sooner after the last plan
-/// than [`PLAN_CPU_SHARE`] times what that plan took.
-pub(super) fn plan_due(epoch_due: Duration, last_plan: Option<(Duration, Duration)>) -> Duration {
+/// than [`PLAN_CPU_SHARE`] times what that plan took, times the `targets` planning.
+pub(super) fn plan_due(
+    epoch_due: Duration,
+    last_plan: Option<(Duration, Duration)>,
+    targets: usize,
+) -> Duration {
+    let targets = u32::try_from(targets.max(1)).unwrap_or(u32::MAX);
     last_plan.map_or(epoch_due, |(at, took)| {
-        epoch_due.max(at + took * PLAN_CPU_SHARE)
+        epoch_due.max(at + took.saturating_mul(PLAN_CPU_SHARE).saturating_mul(targets))
     })
 }
 

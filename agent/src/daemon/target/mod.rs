@@ -289,6 +289,7 @@ async fn run(
         let due = epoch::plan_due(
             state.tiering.next_plan_due(found),
             state.last_plan_at.map(|at| (at, state.plan_took)),
+            shares.tenants(),
         );
         let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
         // A quiet target sleeps until its plan needs renewing or something is sampled: a

@@ -130,6 +130,11 @@ impl FastShares {
     }
 
     /// Forgets a gone target: what it held is free for the others at the next working-out.
+    /// Targets that have planned and not left.
+    pub(super) fn tenants(&self) -> usize {
+        self.lock().by_pid.len()
+    }
+
     pub(super) fn leave(&self, pid: u32) {
         let mut tenants = self.lock();
         if tenants.by_pid.remove(&pid).is_some() {

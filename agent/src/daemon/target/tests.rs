@@ -469,14 +469,14 @@ fn a_slow_plan_spaces_the_next_one_out_whatever_the_epoch() {
 
     use super::epoch::plan_due;
     let ms = Duration::from_millis;
+    let quick = Duration::from_micros(100);
     // No plan yet: the epoch decides.
-    assert_eq!(plan_due(ms(10), None), ms(10));
+    assert_eq!(plan_due(ms(10), None, 1), ms(10));
     // A 10 ms epoch after a plan that took 0.1 ms: the epoch decides.
-    assert_eq!(
-        plan_due(ms(110), Some((ms(100), Duration::from_micros(100)))),
-        ms(110)
-    );
+    assert_eq!(plan_due(ms(110), Some((ms(100), quick)), 1), ms(110));
     // A plan that took 5 ms (a large target): the next one waits 100 ms, planning at most
     // 5 % of a core.
-    assert_eq!(plan_due(ms(110), Some((ms(100), ms(5)))), ms(200));
+    assert_eq!(plan_due(ms(110), Some((ms(100), ms(5))), 1), ms(200));
+    // A thousand targets share the 5 %: 0.1 ms plans come at most every 2 s each.
+    assert_eq!(plan_due(ms(110), Some((ms(100), quick)), 1000), ms(2100));
 }
