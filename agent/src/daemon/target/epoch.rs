@@ -55,7 +55,8 @@ const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 const PLAN_CPU_SHARE: u32 = 20;
 
 /// When the next plan is due: at the epoch's due time, but not sooner after the last plan
-/// than [`PLAN_CPU_SHARE`] times what that plan took, times the `targets` planning.
+/// than [`PLAN_CPU_SHARE`] times what deciding it took (the placement query and the plan),
+/// times the `targets` planning.
 pub(super) fn plan_due(
     epoch_due: Duration,
     last_plan: Option<(Duration, Duration)>,
@@ -122,6 +123,7 @@ impl State {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
         }
+        let started = Instant::now();
         let migration_cpu = self.migration_cpu.clone();
         charge_migration(&migration_cpu, || self.refresh_resident(input));
         let (queried_at, placement) =
@@ -140,6 +142,9 @@ impl State {
             Some(masked) => self.plan(now, &masked),
             None => self.plan(now, &placement),
         };
+        // What deciding cost (where the pages are, and the plan), not the moves: those the
+        // migration budget bounds.
+        self.plan_took = started.elapsed();
         self.log_plan(&plan, input);
         let observed = self.observing() || self.spec.nodes.is_none();
         let mut executed = None;
@@ -339,7 +344,6 @@ impl State {
             self.assumed.net_promoted_bytes = 0;
         }
         capacity.share = self.fast_share(&capacity);
-        let started = Instant::now();
         let plan = if observing && !self.assumed.ranges.is_empty() {
             let view = AssumedView {
                 real: placement,
@@ -349,7 +353,6 @@ impl State {
         } else {
             self.tiering.plan(now, placement, &capacity)
         };
-        self.plan_took = started.elapsed();
         self.last_would_promote = plan.would_promote_bytes;
         plan
     }

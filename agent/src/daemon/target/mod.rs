@@ -118,7 +118,8 @@ struct State {
     last_plan_moved: bool,
     /// Plans in a row that saw no samples and moved nothing.
     quiet_plans: u32,
-    /// How long the last call of the planner took (its CPU, on the blocking pool).
+    /// How long the last epoch took to decide: the placement query and the plan, not the
+    /// moves (on the blocking pool).
     plan_took: Duration,
     /// What the last plan would have promoted with room for all of it: with what the target
     /// holds, its want of the fast tier.
