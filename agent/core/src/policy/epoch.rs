@@ -171,13 +171,14 @@ impl EpochController {
         // A plan that promoted nothing measures no payback; until one does, the last one
         // stands, or a stream the moves could not keep up with would shorten the epoch again
         // as soon as the threshold stopped the moves.
-        let last_unpaid = self.last_payback.is_some_and(|p| p < cfg.min_payback);
+        let unpaid = |payback: Option<f64>| payback.is_some_and(|p| p < cfg.min_payback);
+        let last_unpaid = unpaid(self.last_payback);
         let paid = i.payback.is_some_and(|p| p >= cfg.min_payback);
         let oscillating =
             i.pingpong_share > cfg.oscillation_pingpong || (i.capacity_bound && half_shifted);
         let (mut next, mut change) = if oscillating && !paid {
             (cur * cfg.step, EpochChange::LongerOscillation)
-        } else if i.payback.is_some_and(|p| p < cfg.min_payback) {
+        } else if unpaid(i.payback) {
             (cur * cfg.step, EpochChange::LongerPayback)
         } else if last_unpaid {
             (cur, EpochChange::HoldUnpaid)

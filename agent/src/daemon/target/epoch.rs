@@ -54,18 +54,16 @@ const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 /// plan at most every 2 s.
 const PLAN_CPU_SHARE: u32 = 20;
 
-/// When the next plan is due: at the epoch's due time, but not sooner after the last plan
-/// than [`PLAN_CPU_SHARE`] times what deciding it took (the placement query and the plan),
-/// times the `targets` planning.
-pub(super) fn plan_due(
-    epoch_due: Duration,
-    last_plan: Option<(Duration, Duration)>,
-    targets: usize,
-) -> Duration {
+/// How long after a plan the next one may come: [`PLAN_CPU_SHARE`] times what deciding it
+/// took (the placement query and the plan), times the `targets` planning.
+pub(super) fn planning_floor(took: Duration, targets: usize) -> Duration {
     let targets = u32::try_from(targets.max(1)).unwrap_or(u32::MAX);
-    last_plan.map_or(epoch_due, |(at, took)| {
-        epoch_due.max(at + took.saturating_mul(PLAN_CPU_SHARE).saturating_mul(targets))
-    })
+    took.saturating_mul(PLAN_CPU_SHARE).saturating_mul(targets)
+}
+
+/// When the next plan is due: at the epoch's due time, but not sooner than `not_before`.
+pub(super) fn plan_due(epoch_due: Duration, not_before: Option<Duration>) -> Duration {
+    not_before.map_or(epoch_due, |floor| epoch_due.max(floor))
 }
 
 /// How long a target waits for samples before planning again, after `quiet_plans` plans in a
@@ -143,8 +141,9 @@ impl State {
             None => self.plan(now, &placement),
         };
         // What deciding cost (where the pages are, and the plan), not the moves: those the
-        // migration budget bounds.
-        self.plan_took = started.elapsed();
+        // migration budget bounds. Worked out once here, not at every input the task takes.
+        self.replan_not_before =
+            Some(now + planning_floor(started.elapsed(), self.spec.shares.tenants()));
         self.log_plan(&plan, input);
         let observed = self.observing() || self.spec.nodes.is_none();
         let mut executed = None;
