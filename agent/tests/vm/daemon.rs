@@ -19,6 +19,16 @@ const MIB_PAGES: usize = 256;
 const HOT_PAGES: usize = 64 * MIB_PAGES;
 const COLD_PAGES: usize = 512 * MIB_PAGES;
 
+/// Tells the workload's driver to stop when the test ends, passed or failed: a driver left
+/// running would keep the workload, and its memory on node 0, for the rest of the VM suite.
+struct StopOnDrop(Arc<AtomicBool>);
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
 #[test]
 fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     if support::skip_unless_vm("observe_mode_with_damon_reports_the_hot_region_and_cleans_up") {
@@ -31,10 +41,10 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     let total_bytes = workload.size;
     // Keep the hot region busy in short rounds until the test is done with the agent, however
     // long the agent takes to start under emulation.
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
     let (done_tx, done_rx) = std_mpsc::channel();
     let driver = {
-        let stop = Arc::clone(&stop);
+        let stop = Arc::clone(&stop.0);
         std::thread::spawn(move || {
             let mut reply = String::new();
             while !stop.load(Ordering::Relaxed) {
@@ -45,8 +55,9 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
         })
     };
 
-    let agent = Agent::start(
+    let agent = Agent::start_with_env(
         &["--observe", "--pid", &pid.to_string()],
+        &[("RUST_LOG", "info,memtide::daemon::target=debug")],
         Duration::from_secs(90),
     );
     let label = format!(":{pid}\"");
@@ -72,7 +83,8 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     let whole = total_bytes as f64;
     assert!(
         hot.is_some_and(|n| n > 0.0 && n < whole),
-        "hot bytes must be some but not all of the child's memory:\n{metrics}"
+        "hot bytes must be some but not all of the child's memory:\n{metrics}\nagent log:\n{}",
+        agent.log()
     );
     assert!(ratio.is_some(), "no hit ratio:\n{metrics}");
 
@@ -120,7 +132,7 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
         "no HMAT bandwidth in /metrics:\n{metrics}"
     );
 
-    stop.store(true, Ordering::Relaxed);
+    drop(stop);
     let (exit, log) = agent.stop();
     assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
     let nr_kdamonds = std::fs::read_to_string("/sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds")

@@ -75,7 +75,8 @@ fn swfault_and_damon_sources_work_in_the_daemon() {
     let faulting_pid = faulting.pid;
     let (stop_tx, stop_rx) = std::sync::mpsc::channel::<()>();
     let driver = std::thread::spawn(move || {
-        while stop_rx.try_recv().is_err() {
+        // Until told to stop, or until the test's end drops the sender (a failed test too).
+        while stop_rx.try_recv() == Err(std::sync::mpsc::TryRecvError::Empty) {
             let reply = faulting.command("churn 2");
             assert!(reply.starts_with("churned"), "{reply}");
         }

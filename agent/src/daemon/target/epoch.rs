@@ -48,24 +48,6 @@ const PLACEMENT_MAX_AGE: Duration = Duration::from_secs(10);
 /// targets' plans would cost more than the plans.
 const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 
-/// Planning, all targets together, may take at most 1/`PLAN_CPU_SHARE` of a core (5 %): a
-/// lone target whose plan takes 5 ms (about 100 GiB tracked, docs/benchmarks.md) plans at most
-/// every 100 ms however short its epoch, and a thousand targets whose plans take 0.1 ms each
-/// plan at most every 2 s.
-const PLAN_CPU_SHARE: u32 = 20;
-
-/// How long after a plan the next one may come: [`PLAN_CPU_SHARE`] times what deciding it
-/// took (the placement query and the plan), times the `targets` planning.
-pub(super) fn planning_floor(took: Duration, targets: usize) -> Duration {
-    let targets = u32::try_from(targets.max(1)).unwrap_or(u32::MAX);
-    took.saturating_mul(PLAN_CPU_SHARE).saturating_mul(targets)
-}
-
-/// When the next plan is due: at the epoch's due time, but not sooner than `not_before`.
-pub(super) fn plan_due(epoch_due: Duration, not_before: Option<Duration>) -> Duration {
-    not_before.map_or(epoch_due, |floor| epoch_due.max(floor))
-}
-
 /// How long a target waits for samples before planning again, after `quiet_plans` plans in a
 /// row that saw none and moved nothing (0: the last plan saw samples but moved nothing).
 pub(super) fn quiet_wait(quiet_plans: u32) -> Duration {
@@ -142,9 +124,10 @@ impl State {
         };
         // What deciding cost (where the pages are, and the plan), not the moves: those the
         // migration budget bounds. Worked out once here, not at every input the task takes.
-        self.replan_not_before =
-            Some(now + planning_floor(started.elapsed(), self.spec.shares.tenants()));
-        self.log_plan(&plan, input);
+        let took = started.elapsed();
+        self.plan_budget
+            .charge(now, took, self.spec.shares.tenants());
+        self.log_plan(&plan, input, took);
         let observed = self.observing() || self.spec.nodes.is_none();
         let mut executed = None;
         if observed {
@@ -204,7 +187,7 @@ impl State {
     }
 
     /// What the plan decided and what it was decided on, for `RUST_LOG=memtide=debug`.
-    fn log_plan(&self, plan: &Plan, input: &EpochInput) {
+    fn log_plan(&self, plan: &Plan, input: &EpochInput, took: Duration) {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return;
         }
@@ -228,6 +211,7 @@ impl State {
             regions = input.regions.len(),
             accessed_regions = input.regions.values().filter(|r| r.nr_accesses > 0).count(),
             samples = input.pages.len(),
+            decided_us = took.as_micros(),
             "planned"
         );
     }

@@ -14,6 +14,7 @@ mod epoch;
 mod homes;
 mod machine;
 mod observe;
+mod plan_budget;
 mod query;
 mod report;
 mod resident;
@@ -118,8 +119,8 @@ struct State {
     last_plan_moved: bool,
     /// Plans in a row that saw no samples and moved nothing.
     quiet_plans: u32,
-    /// The next plan comes no sooner (`epoch::planning_floor` after the last).
-    replan_not_before: Option<Duration>,
+    /// What deciding the epochs cost, against the share of a core planning may take.
+    plan_budget: plan_budget::PlanBudget,
     /// What the last plan would have promoted with room for all of it: with what the target
     /// holds, its want of the fast tier.
     last_would_promote: u64,
@@ -234,7 +235,7 @@ pub fn spawn(
         last_plan_at: None,
         last_plan_moved: false,
         quiet_plans: 0,
-        replan_not_before: None,
+        plan_budget: plan_budget::PlanBudget::default(),
         last_would_promote: 0,
         share: shares::Share::default(),
         homes: homes::Homes::default(),
@@ -286,7 +287,9 @@ async fn run(
     // An epoch step that fails before planning must still wait an epoch before the next try.
     let mut last_step: Option<Duration> = None;
     loop {
-        let due = epoch::plan_due(state.tiering.next_plan_due(found), state.replan_not_before);
+        let due = state
+            .plan_budget
+            .plan_due(state.tiering.next_plan_due(found));
         let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));
         // A quiet target sleeps until its plan needs renewing or something is sampled: a
         // thousand idle targets must not each wake every epoch.

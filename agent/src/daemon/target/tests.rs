@@ -462,23 +462,3 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
     );
     drop((handle, child));
 }
-
-#[test]
-fn a_slow_plan_spaces_the_next_one_out_whatever_the_epoch() {
-    use std::time::Duration;
-
-    use super::epoch::{plan_due, planning_floor};
-    let ms = Duration::from_millis;
-    let quick = Duration::from_micros(100);
-    let after =
-        |at: Duration, took: Duration, targets: usize| Some(at + planning_floor(took, targets));
-    // No plan yet: the epoch decides.
-    assert_eq!(plan_due(ms(10), None), ms(10));
-    // A 10 ms epoch after a plan that took 0.1 ms: the epoch decides.
-    assert_eq!(plan_due(ms(110), after(ms(100), quick, 1)), ms(110));
-    // A plan that took 5 ms (a large target): the next one waits 100 ms, planning at most
-    // 5 % of a core.
-    assert_eq!(plan_due(ms(110), after(ms(100), ms(5), 1)), ms(200));
-    // A thousand targets share the 5 %: 0.1 ms plans come at most every 2 s each.
-    assert_eq!(plan_due(ms(110), after(ms(100), quick, 1000)), ms(2100));
-}
