@@ -76,6 +76,13 @@ pub enum SamplerName {
 impl SamplerName {
     pub const ALL: [Self; 4] = [Self::Ideal, Self::Pebs, Self::Ibs, Self::Swfault];
 
+    /// Whether the samples are drawn at random (the seed matters): all but `swfault`, whose
+    /// faults are the first touches.
+    #[must_use]
+    pub const fn draws(self) -> bool {
+        !matches!(self, Self::Swfault)
+    }
+
     #[must_use]
     pub const fn name(self) -> &'static str {
         match self {

@@ -55,9 +55,14 @@ enum Choice {
     Named(PolicyName),
     FixedEpoch(u64),
     Share(f64),
-    /// memtide with its samples from this source.
-    Sampled(SamplerName),
+    /// memtide with its samples from this source, drawn with the suite's seed plus this.
+    Sampled(SamplerName, u64),
 }
+
+/// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
+/// and the next ones): one draw moves a trace's hit ratio by up to tens of percent (the policy
+/// reacts to which pages happen to be sampled), so the samplers are compared over several.
+pub(crate) const SAMPLER_SEEDS: u64 = 4;
 
 impl Choice {
     fn label(self) -> String {
@@ -65,7 +70,7 @@ impl Choice {
             Self::Named(p) => p.name().to_owned(),
             Self::FixedEpoch(ms) => format!("epoch-{ms}ms"),
             Self::Share(f) => format!("f={f:.1}"),
-            Self::Sampled(s) => format!("memtide/{}", s.name()),
+            Self::Sampled(s, draw) => format!("memtide/{}/{draw}", s.name()),
         }
     }
 }
@@ -97,8 +102,13 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
             Box::new(EnginePolicy::new(&preset, EngineVariant::FixedEpochMs(ms))?)
         }
         Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
-        Choice::Sampled(_) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
+        Choice::Sampled(..) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
     })
+}
+
+/// How many draws of the samples the suite makes under `sampler`.
+pub(crate) const fn sampler_draws(sampler: SamplerName) -> u64 {
+    if sampler.draws() { SAMPLER_SEEDS } else { 1 }
 }
 
 /// What the suite runs and where it writes (`memtide sim --suite`'s options).
@@ -258,15 +268,20 @@ impl Matrix<'_> {
             .collect()
     }
 
-    /// F: memtide on every trace under every sampler, at the suite's sample rate.
+    /// F: memtide on every trace under every sampler, at the suite's sample rate, with
+    /// [`SAMPLER_SEEDS`] draws of the samples where the sampler draws them.
     fn sampler_jobs(&self, traces: &[Arc<dyn TraceSpec>]) -> Vec<Job> {
         let pmem = (PresetName::Pmem, self.base.fast);
         let mut jobs = Vec::new();
         for t in traces {
             for sampler in SamplerName::ALL {
-                let mut job = self.job("sampler", &t.name(), Choice::Sampled(sampler), pmem);
-                job.cfg.sampler = sampler;
-                jobs.push(job);
+                for draw in 0..sampler_draws(sampler) {
+                    let choice = Choice::Sampled(sampler, draw);
+                    let mut job = self.job("sampler", &t.name(), choice, pmem);
+                    job.cfg.sampler = sampler;
+                    job.cfg.seed = job.cfg.seed.wrapping_add(draw);
+                    jobs.push(job);
+                }
             }
         }
         jobs
