@@ -21,6 +21,28 @@ fn env_flag(name: &str) -> bool {
     std::env::var_os(name).is_some_and(|value| value == "1")
 }
 
+/// A flag a test's helper thread (a workload driver, a watcher) loops on, set when the test
+/// ends, passed or failed: a helper left running after a failed test would keep its workload,
+/// and the workload's memory, for the rest of the suite's tests.
+pub(crate) struct StopOnDrop(std::sync::Arc<std::sync::atomic::AtomicBool>);
+
+impl StopOnDrop {
+    pub(crate) fn new() -> Self {
+        Self(std::sync::Arc::default())
+    }
+
+    /// The flag for the helper thread: true once the test is done.
+    pub(crate) fn flag(&self) -> std::sync::Arc<std::sync::atomic::AtomicBool> {
+        std::sync::Arc::clone(&self.0)
+    }
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        self.0.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 /// True inside the two-node VM started by `make vm-test`.
 pub(crate) fn in_vm() -> bool {
     env_flag(IN_VM)

@@ -5,29 +5,15 @@
 use std::{
     io::Write as _,
     process::{Command, Stdio},
-    sync::{
-        Arc,
-        atomic::{AtomicBool, Ordering},
-        mpsc as std_mpsc,
-    },
+    sync::{atomic::Ordering, mpsc as std_mpsc},
     time::{Duration, Instant},
 };
 
-use crate::support::{self, Agent, Workload, http_get, metric_sum, metric_value};
+use crate::support::{self, Agent, StopOnDrop, Workload, http_get, metric_sum, metric_value};
 
 const MIB_PAGES: usize = 256;
 const HOT_PAGES: usize = 64 * MIB_PAGES;
 const COLD_PAGES: usize = 512 * MIB_PAGES;
-
-/// Tells the workload's driver to stop when the test ends, passed or failed: a driver left
-/// running would keep the workload, and its memory on node 0, for the rest of the VM suite.
-struct StopOnDrop(Arc<AtomicBool>);
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        self.0.store(true, Ordering::Relaxed);
-    }
-}
 
 #[test]
 fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
@@ -41,10 +27,10 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
     let total_bytes = workload.size;
     // Keep the hot region busy in short rounds until the test is done with the agent, however
     // long the agent takes to start under emulation.
-    let stop = StopOnDrop(Arc::new(AtomicBool::new(false)));
+    let stop = StopOnDrop::new();
     let (done_tx, done_rx) = std_mpsc::channel();
     let driver = {
-        let stop = Arc::clone(&stop.0);
+        let stop = stop.flag();
         std::thread::spawn(move || {
             let mut reply = String::new();
             while !stop.load(Ordering::Relaxed) {

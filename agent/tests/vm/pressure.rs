@@ -4,13 +4,13 @@
 use std::{
     sync::{
         Arc,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
 
 use crate::{
-    support::{self, Workload},
+    support::{self, StopOnDrop, Workload},
     vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
 };
 
@@ -71,10 +71,10 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
     assert!(reply.starts_with("started"), "{reply}");
 
     // Node 0's free memory, sampled every 50 ms for as long as the agent runs.
-    let stop = Arc::new(AtomicBool::new(false));
+    let stop = StopOnDrop::new();
     let lowest = Arc::new(AtomicU64::new(u64::MAX));
     let watcher = {
-        let (stop, lowest) = (Arc::clone(&stop), Arc::clone(&lowest));
+        let (stop, lowest) = (stop.flag(), Arc::clone(&lowest));
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
                 lowest.fetch_min(tiering::node_meminfo(FAST, "MemFree"), Ordering::Relaxed);
@@ -118,7 +118,7 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
         );
     }
     let (exit, log) = agent.stop();
-    stop.store(true, Ordering::Relaxed);
+    drop(stop);
     watcher.join().expect("watcher");
     let lowest = lowest.load(Ordering::Relaxed);
     if reached.is_none() {
