@@ -62,24 +62,18 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    /// Plans as often as `epoch` and the budget allow for `span`, each taking `took`; returns
-    /// how many were made and when the last came.
-    fn plan_for(
-        span: Duration,
-        epoch: Duration,
-        took: Duration,
-        targets: usize,
-    ) -> (u32, Duration) {
+    /// How many plans, each taking `took`, come in `span` as often as `epoch` and the budget
+    /// allow.
+    fn plans_in(span: Duration, epoch: Duration, took: Duration, targets: usize) -> u32 {
         let mut budget = PlanBudget::default();
-        let (mut plans, mut now, mut last) = (0, epoch, Duration::ZERO);
+        let (mut plans, mut now) = (0, epoch);
         loop {
             now = budget.plan_due(now);
             if now > span {
-                return (plans, last);
+                return plans;
             }
             budget.charge(now, took, targets);
             plans += 1;
-            last = now;
             now += epoch;
         }
     }
@@ -89,7 +83,7 @@ mod tests {
         let budget = PlanBudget::default();
         assert_eq!(budget.plan_due(ms(10)), ms(10));
         // 0.1 ms plans at 10 ms epochs use 1 % of a core: the epoch decides, for an hour.
-        let (plans, _) = plan_for(ms(3_600_000), ms(10), Duration::from_micros(100), 1);
+        let plans = plans_in(ms(3_600_000), ms(10), Duration::from_micros(100), 1);
         assert_eq!(plans, 360_000);
     }
 
@@ -110,14 +104,14 @@ mod tests {
             u32::try_from(PLAN_BURST.as_nanos() / share.as_nanos()).unwrap() + 1
         };
         // 5 ms plans (a large target) at 10 ms epochs: one per 100 ms once the burst is spent.
-        let (plans, _) = plan_for(hour, ms(10), ms(5), 1);
+        let plans = plans_in(hour, ms(10), ms(5), 1);
         let steady = 36_000;
         assert!(
             plans >= steady && plans <= steady + burst_plans(ms(5), 1),
             "{plans}"
         );
         // A thousand targets share the 5 %: 0.1 ms plans come at most every 2 s each.
-        let (plans, _) = plan_for(hour, ms(10), Duration::from_micros(100), 1000);
+        let plans = plans_in(hour, ms(10), Duration::from_micros(100), 1000);
         let steady = 1800;
         let most = steady + burst_plans(Duration::from_micros(100), 1000);
         assert!(plans >= steady && plans <= most, "{plans}");

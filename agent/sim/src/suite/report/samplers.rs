@@ -120,12 +120,12 @@ impl Report<'_> {
 
 /// The lowest and highest hit ratio of `runs` (zeros when there are none).
 fn hit_range(runs: &[&SimResult]) -> (f64, f64) {
-    let hits = runs.iter().map(|r| r.fast_hit_ratio);
-    let low = hits.clone().fold(f64::INFINITY, f64::min);
-    let high = hits.fold(f64::NEG_INFINITY, f64::max);
     if runs.is_empty() {
-        (0.0, 0.0)
-    } else {
-        (low, high)
+        return (0.0, 0.0);
     }
+    runs.iter()
+        .map(|r| r.fast_hit_ratio)
+        .fold((f64::INFINITY, f64::NEG_INFINITY), |(low, high), hit| {
+            (low.min(hit), high.max(hit))
+        })
 }
