@@ -122,6 +122,7 @@ pub struct Metrics {
     pub engine_memory_bytes: Gauge,
     pub bpf_run_seconds: Family<ProgramLabel, CounterF64>,
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
+    pub store_period_ratio: Family<SourceLabel, GaugeF64>,
     pub engine_untracked_samples: Family<TargetLabel, Counter>,
     pub sampling_cpu_ratio: GaugeF64,
     pub migration_cpu_seconds: CounterF64,
@@ -271,6 +272,11 @@ impl Metrics {
             "sample_period_scale",
             "Sample period in force over the start-up period, as the CPU budget controller set it",
             self.sample_period_scale.clone(),
+        );
+        registry.register(
+            "store_period_ratio",
+            "PEBS store sample period over the load sample period: the square root of the share of sampled loads over the share of stores that reach memory",
+            self.store_period_ratio.clone(),
         );
         registry.register(
             "sampling_cpu_ratio",
@@ -586,6 +592,11 @@ mod tests {
                 source: "swfault".into(),
             })
             .set(2.0);
+        m.store_period_ratio
+            .get_or_create(&SourceLabel {
+                source: "pebs".into(),
+            })
+            .set(5.0);
         m.sampling_cpu_ratio.set(0.008);
         for family in [&m.tier_latency_seconds, &m.tier_bandwidth_bytes_per_second] {
             family

@@ -11,6 +11,7 @@
 //! - [`ingest`]: the router that decodes ring records and batches them per target, at the top
 //!   of the sample path.
 //!
+//! [`sampling`] splits a sampling budget between loads and stores by what reaches memory.
 //! [`validate`] holds the range checks of every tunable; [`testgen`] the seeded generators and
 //! the small tier model that tests, benches and the simulator use.
 //!
@@ -21,6 +22,7 @@
 pub mod engine;
 pub mod ingest;
 pub mod policy;
+pub mod sampling;
 pub mod testgen;
 pub mod tiering;
 pub mod units;

@@ -150,6 +150,10 @@ pub struct SimResult {
     pub sample_rate: u32,
     /// Samples the policies received.
     pub samples: u64,
+    /// `pebs`: the store sample period over the load sample period (the Neyman split by the
+    /// shares of loads and stores that reach memory; [`memtide_core::sampling`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub store_period_ratio: Option<f64>,
     pub fast_hit_ratio: f64,
     /// Share of writes served by the fast tier.
     pub fast_write_ratio: f64,
@@ -520,6 +524,8 @@ impl Replay<'_> {
             sampler: self.cfg.sampler.name(),
             sample_rate: self.cfg.sample_rate.max(1),
             samples: self.samples,
+            store_period_ratio: (self.cfg.sampler == SamplerName::Pebs)
+                .then(|| self.fp.filters.memory_shares().store_period_ratio()),
             fast_hit_ratio: ratio(acct.hits, records),
             fast_write_ratio: ratio(acct.fast_writes, acct.writes),
             migrated_bytes: promoted + demoted,

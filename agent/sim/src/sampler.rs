@@ -9,9 +9,13 @@
 //!   sample with probability 1/N (`--sample-rate N`), with its own load/store kind and a
 //!   weight of `N × record_weight`. What an unbiased PMU counting memory accesses would give.
 //! - `pebs`: Intel PEBS as memtide opens it: `mem-loads` behind the `ldlat` filter (30 cycles:
-//!   loads that miss L2) and `mem-stores` with no filter, at periods whose ratio is the agent's
-//!   defaults (64,000 loads to 1,600,000 stores, one store sample per 25 load samples' worth of
-//!   events). The filter is a direct-mapped model of a 2 MiB L2 (32 Ki lines of 64 B) scaled to
+//!   loads that miss L2) and `mem-stores` with no filter, the store period `√(g / h)` times the
+//!   load period, where `g` and `h` are the shares of those loads and stores that reach memory
+//!   (miss the L3 model): what the agent's cache-miss counters measure on a live target
+//!   ([`memtide_core::sampling`]; the agent assumes `g` = 0.5, `h` = 0.02 until they have).
+//!   One ratio for the whole replay, from the trace's counts: the agent re-measures every 5 s
+//!   and keeps a ratio within 25 % of the measured one, which a trace's phases seldom move.
+//!   The filter is a direct-mapped model of a 2 MiB L2 (32 Ki lines of 64 B) scaled to
 //!   the trace's record weight: between two records `record_weight` accesses pass, so the cache
 //!   holds the lines of the last `32 Ki / record_weight` records. Both periods are scaled by one
 //!   factor so that the expected number of samples equals `ideal`'s at the same `--sample-rate`;
@@ -42,14 +46,12 @@ use super::trace::{TraceMeta, TraceRecord};
 use memtide_common::{AccessKind, AccessSample, SampleSource};
 use memtide_core::{
     ingest::{BatchSink, SampleBatch, Undelivered},
+    sampling::MemoryShares,
     testgen::SplitMix64,
 };
 
 /// Process id every simulated sample carries (one target per replay).
 pub const SIM_PID: u32 = 1;
-/// memtide's default PEBS periods (the budget's choice at its expected event rates).
-pub const PEBS_LOAD_PERIOD: u64 = 64_000;
-pub const PEBS_STORE_PERIOD: u64 = 1_600_000;
 /// Cache lines of the L2 the `ldlat` filter stands for (2 MiB of 64 B lines).
 const L2_LINES: u64 = 32 << 10;
 /// Cache lines of the L3 IBS's `l3missonly` stands for (32 MiB).
@@ -65,7 +67,7 @@ pub enum SamplerName {
     /// 1 in N records, kind kept: an unbiased PMU.
     #[default]
     Ideal,
-    /// PEBS loads past L2 and all stores at the default period ratio.
+    /// PEBS loads past L2 and all stores, their periods split by what reaches memory.
     Pebs,
     /// IBS ops past L3, no kind.
     Ibs,
@@ -142,8 +144,12 @@ impl LineFilter {
 pub struct FilterCounts {
     /// Loads (and kind-less records) that miss the L2 model: PEBS's `mem-loads` events.
     pub loads_past_l2: u64,
+    /// Of those, the ones that also miss the L3 model: loads that reached memory.
+    pub loads_past_l2_and_l3: u64,
     /// Stores: PEBS's `mem-stores` events.
     pub stores: u64,
+    /// Of those, the ones that miss the L3 model.
+    pub stores_past_l3: u64,
     /// Records that miss the L3 model: IBS's `l3missonly` ops.
     pub past_l3: u64,
 }
@@ -167,14 +173,29 @@ impl FilterCounter {
     }
 
     pub fn count(&mut self, r: &TraceRecord) {
+        let past_l3 = u64::from(passes(self.l3.as_mut(), r.addr));
+        self.counts.past_l3 += past_l3;
         if r.is_write() {
             self.counts.stores += 1;
+            self.counts.stores_past_l3 += past_l3;
         } else if passes(self.l2.as_mut(), r.addr) {
             self.counts.loads_past_l2 += 1;
+            self.counts.loads_past_l2_and_l3 += past_l3;
         }
-        if passes(self.l3.as_mut(), r.addr) {
-            self.counts.past_l3 += 1;
-        }
+    }
+}
+
+impl FilterCounts {
+    /// The shares of PEBS's load and store events that reached memory: what the agent's
+    /// cache-miss counters measure on a live target.
+    #[must_use]
+    pub fn memory_shares(&self) -> MemoryShares {
+        MemoryShares::from_counts(
+            self.loads_past_l2,
+            self.loads_past_l2_and_l3,
+            self.stores,
+            self.stores_past_l3,
+        )
     }
 }
 
@@ -221,7 +242,7 @@ impl Sampler {
         let wanted = memory / rate as f64;
         // Events per load sample so that the expected samples equal `wanted`: loads at 1/n,
         // stores at 1/(ratio·n).
-        let ratio = (PEBS_STORE_PERIOD / PEBS_LOAD_PERIOD) as f64;
+        let ratio = counts.memory_shares().store_period_ratio();
         let (filter, events, store_ratio) = match name {
             SamplerName::Pebs => (
                 LineFilter::l2(meta),
@@ -407,8 +428,39 @@ mod tests {
     }
 
     #[test]
-    fn pebs_stores_are_rarer_and_weigh_the_period_ratio() {
+    fn pebs_samples_memory_bound_stores_as_often_as_loads() {
+        // Every record is a line of its own in 1 GiB: loads and stores all reach memory.
         let rs = records(200_000);
+        let meta = lackey();
+        assert!((counts(&rs, &meta).memory_shares().store_period_ratio() - 1.0).abs() < 0.01);
+        let samples = delivered(SamplerName::Pebs, &rs);
+        let stores = samples
+            .iter()
+            .filter(|s| s.kind == AccessKind::Store as u8)
+            .count() as f64;
+        let share = stores / samples.len() as f64;
+        assert!((0.2..0.3).contains(&share), "a quarter are stores: {share}");
+    }
+
+    #[test]
+    fn pebs_stores_that_hit_the_caches_are_rarer_and_weigh_the_period_ratio() {
+        // Stores to 64 lines over and over (cache hits), loads all over 1 GiB.
+        let rs: Vec<TraceRecord> = records(200_000)
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| {
+                if r.is_write() {
+                    TraceRecord::store(0x10_0000 + (i as u64 % 64) * 64)
+                } else {
+                    r
+                }
+            })
+            .collect();
+        let ratio = counts(&rs, &lackey())
+            .memory_shares()
+            .store_period_ratio()
+            .round() as u64;
+        assert!(ratio > 8, "stores rarely reach memory: ratio {ratio}");
         let samples = delivered(SamplerName::Pebs, &rs);
         let weight = |k: AccessKind| {
             samples
@@ -417,19 +469,22 @@ mod tests {
                 .map(|s| s.weight)
                 .expect("a sample of each kind")
         };
-        let ratio = PEBS_STORE_PERIOD / PEBS_LOAD_PERIOD;
         let (loads, stores) = (weight(AccessKind::Load), weight(AccessKind::Store));
         assert!(
             stores.abs_diff(loads * ratio) <= ratio,
-            "{stores} vs {loads}"
+            "{stores} vs {loads} x {ratio}"
         );
         let store_share = samples
             .iter()
             .filter(|s| s.kind == AccessKind::Store as u8)
             .count() as f64
             / samples.len() as f64;
-        // A quarter of the records are stores; at 1/25 the load rate they are ~1.3 % of samples.
-        assert!(store_share < 0.03, "store share {store_share}");
+        // A quarter of the records are stores; sampled `ratio` times rarer than loads.
+        let expected = 0.25 / ratio as f64 / (0.75 + 0.25 / ratio as f64);
+        assert!(
+            store_share < 2.0 * expected,
+            "store share {store_share}, expected about {expected}"
+        );
     }
 
     #[test]

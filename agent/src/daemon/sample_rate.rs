@@ -166,6 +166,21 @@ impl SampleRate {
             .sample_period_scale
             .get_or_create(&label)
             .set(self.controller.scale());
+        match source.rebalance() {
+            Ok(Some(ratio)) => tracing::info!(
+                source = %source.kind(),
+                ratio = format_args!("{ratio:.2}"),
+                "the share of stores reaching memory moved; store sample period now this many \
+                 load periods"
+            ),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "re-splitting loads and stores; keeping the split");
+            }
+        }
+        if let Some(ratio) = source.store_period_ratio() {
+            metrics.store_period_ratio.get_or_create(&label).set(ratio);
+        }
     }
 }
 
@@ -186,6 +201,9 @@ mod tests {
     #[derive(Debug, Default)]
     struct Periodic {
         scales: Vec<f64>,
+        /// Store:load period ratios the next `rebalance` calls measure, in order.
+        measured_ratios: Vec<f64>,
+        ratio: Option<f64>,
     }
 
     impl HotnessSource for Periodic {
@@ -217,6 +235,50 @@ mod tests {
                 max_rate_per_stream: 100_000.0,
             })
         }
+        fn rebalance(&mut self) -> Result<Option<f64>, SourceError> {
+            if self.measured_ratios.is_empty() {
+                return Ok(None);
+            }
+            let ratio = self.measured_ratios.remove(0);
+            self.ratio = Some(ratio);
+            Ok(Some(ratio))
+        }
+        fn store_period_ratio(&self) -> Option<f64> {
+            self.ratio
+        }
+    }
+
+    #[test]
+    fn every_interval_rebalances_loads_against_stores_and_exports_the_ratio() {
+        let metrics = Metrics::default();
+        let excluded = NotSampling {
+            http: CpuMeter::default(),
+            migration: metrics.migration_cpu_seconds.clone(),
+        };
+        let mut source = Periodic {
+            measured_ratios: vec![1.0, 7.5],
+            ..Periodic::default()
+        };
+        let mut rate = SampleRate::with_clock(&source, excluded, 0, agent_cpu).expect("a budget");
+        let exported = |metrics: &Metrics| {
+            metrics
+                .store_period_ratio
+                .get_or_create(&SourceLabel {
+                    source: "pebs".into(),
+                })
+                .get()
+        };
+        rate.tick(&mut source, 0, &metrics);
+        assert_eq!(exported(&metrics), 1.0);
+        rate.tick(&mut source, 0, &metrics);
+        assert_eq!(exported(&metrics), 7.5);
+        rate.tick(&mut source, 0, &metrics);
+        assert_eq!(
+            exported(&metrics),
+            7.5,
+            "no change: the ratio in force stays"
+        );
+        assert!(source.measured_ratios.is_empty());
     }
 
     thread_local! {

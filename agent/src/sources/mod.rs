@@ -91,6 +91,17 @@ pub trait HotnessSource: Send {
         let _ = scale;
         Ok(Vec::new())
     }
+    /// Re-splits the sample budget between the source's events by what the interval since the
+    /// last call showed (PEBS: the store:load period ratio, [`perf::memory_share`]). Returns the
+    /// store:load period ratio when it changed.
+    fn rebalance(&mut self) -> Result<Option<f64>, SourceError> {
+        Ok(None)
+    }
+    /// The store:load period ratio in force, for sources that split loads from stores and
+    /// measure it.
+    fn store_period_ratio(&self) -> Option<f64> {
+        None
+    }
     /// The budget the sample period is held to at run time; `None`: it never changes.
     fn rate_budget(&self) -> Option<RateBudget> {
         None

@@ -19,6 +19,23 @@ pub const TYPE_BREAKPOINT: u32 = bindings::PERF_TYPE_BREAKPOINT;
 pub const BREAKPOINT_X: u32 = 4;
 /// `PERF_TYPE_RAW`: a core PMU's raw event encoding (the `cpu` PMU's own type is the same 4).
 pub const TYPE_RAW: u32 = bindings::PERF_TYPE_RAW;
+/// `PERF_TYPE_HW_CACHE`: the kernel's generic cache events, encoded by [`hw_cache_config`].
+pub const TYPE_HW_CACHE: u32 = bindings::PERF_TYPE_HW_CACHE;
+/// `PERF_COUNT_HW_CACHE_LL`: the last-level cache.
+pub const HW_CACHE_LL: u64 = bindings::PERF_COUNT_HW_CACHE_LL as u64;
+/// `PERF_COUNT_HW_CACHE_OP_READ` and `_OP_WRITE`.
+pub const HW_CACHE_OP_READ: u64 = bindings::PERF_COUNT_HW_CACHE_OP_READ as u64;
+pub const HW_CACHE_OP_WRITE: u64 = bindings::PERF_COUNT_HW_CACHE_OP_WRITE as u64;
+/// `PERF_COUNT_HW_CACHE_RESULT_MISS`.
+pub const HW_CACHE_RESULT_MISS: u64 = bindings::PERF_COUNT_HW_CACHE_RESULT_MISS as u64;
+
+/// A generic cache event's `config` (`cache | op << 8 | result << 16`, as
+/// `include/uapi/linux/perf_event.h` lays it out).
+#[must_use]
+pub const fn hw_cache_config(cache: u64, op: u64, result: u64) -> u64 {
+    cache | (op << 8) | (result << 16)
+}
+
 /// `PERF_COUNT_SW_PAGE_FAULTS`.
 pub const SW_PAGE_FAULTS: u64 = bindings::PERF_COUNT_SW_PAGE_FAULTS as u64;
 /// `PERF_SAMPLE_TID`.
@@ -140,6 +157,29 @@ pub fn set_period(event: BorrowedFd<'_>, period: u64) -> io::Result<()> {
     check(unsafe { ioctls::PERIOD(event.as_raw_fd(), pointer) }).map(drop)
 }
 
+/// The event's count so far (a `read(2)` with the default `read_format`: one u64). For a
+/// sampling event this is every event counted, not only the sampled ones.
+pub fn read_count(event: BorrowedFd<'_>) -> io::Result<u64> {
+    let mut count = 0u64;
+    // SAFETY: the descriptor is open and `count` is a live u64 the kernel writes at most 8
+    // bytes into.
+    let read = unsafe {
+        libc::read(
+            event.as_raw_fd(),
+            (&raw mut count).cast::<libc::c_void>(),
+            size_of::<u64>(),
+        )
+    };
+    match usize::try_from(read) {
+        Ok(n) if n == size_of::<u64>() => Ok(count),
+        Ok(n) => Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            format!("perf event read returned {n} bytes, expected 8"),
+        )),
+        Err(_) => Err(io::Error::last_os_error()),
+    }
+}
+
 /// Stops the event (`PERF_EVENT_IOC_DISABLE`); closing the fd also does.
 pub fn disable(event: BorrowedFd<'_>) -> io::Result<()> {
     // SAFETY: as for enable.
@@ -148,7 +188,46 @@ pub fn disable(event: BorrowedFd<'_>) -> io::Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::os::fd::AsFd as _;
+
     use super::*;
+
+    #[test]
+    fn generic_cache_events_encode_as_the_uapi_header_says() {
+        // `perf list`'s LLC-store-misses: PERF_COUNT_HW_CACHE_LL (2), OP_WRITE (1), MISS (1).
+        assert_eq!(
+            hw_cache_config(HW_CACHE_LL, HW_CACHE_OP_WRITE, HW_CACHE_RESULT_MISS),
+            0x1_0102
+        );
+        assert_eq!(
+            hw_cache_config(HW_CACHE_LL, HW_CACHE_OP_READ, HW_CACHE_RESULT_MISS),
+            0x1_0002
+        );
+    }
+
+    #[test]
+    fn a_software_counter_reads_its_count() {
+        // The task clock of this thread counts wherever perf exists (paranoid <= 2 allows a
+        // process to count itself); where perf_event_open is refused the test says so.
+        let attr = PerfAttr {
+            type_: TYPE_SOFTWARE,
+            config: u64::from(bindings::PERF_COUNT_SW_TASK_CLOCK),
+            ..PerfAttr::default()
+        };
+        let event = match open(&attr, 0, -1, None) {
+            Ok(event) => event,
+            Err(error) => {
+                eprintln!("skipping: perf_event_open refused here: {error}");
+                return;
+            }
+        };
+        enable(event.as_fd()).unwrap();
+        let spin: u64 = (0..2_000_000u64).map(std::hint::black_box).sum();
+        std::hint::black_box(spin);
+        let first = read_count(event.as_fd()).unwrap();
+        assert!(first > 0, "the task clock counted nothing");
+        disable(event.as_fd()).unwrap();
+    }
 
     #[test]
     fn attr_fields_reach_the_kernel_struct() {

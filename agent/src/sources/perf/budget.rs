@@ -161,6 +161,40 @@ pub struct EventLoad {
     /// Sampling streams sharing the budget: sampling events times the CPUs each is opened on,
     /// over every event of the source (not only this one).
     pub streams: u32,
+    /// This event's streams' share of the budget relative to an equal split (1: every stream
+    /// gets `1 / streams`; PEBS splits loads against stores by [`load_store_shares`]).
+    pub share: f64,
+}
+
+impl EventLoad {
+    /// An event whose streams get an equal share of the budget.
+    #[must_use]
+    pub const fn equal(events_per_sec_per_cpu: f64, streams: u32) -> Self {
+        Self {
+            events_per_sec_per_cpu,
+            streams,
+            share: 1.0,
+        }
+    }
+}
+
+/// How PEBS's load and store streams share the budget, relative to an equal split: by Neyman
+/// allocation ([`memtide_core::sampling`]) the store period is `store_period_ratio` times the
+/// load period, so per CPU the loads take `r_l / (r_l + r_s / ratio)` of the samples and the
+/// stores the rest. Returns `(load share, store share)`, averaging 1.
+#[must_use]
+pub fn load_store_shares(
+    loads_per_sec: f64,
+    stores_per_sec: f64,
+    store_period_ratio: f64,
+) -> (f64, f64) {
+    let loads = loads_per_sec.max(0.0);
+    let stores = stores_per_sec.max(0.0) / store_period_ratio.max(f64::MIN_POSITIVE);
+    let total = loads + stores;
+    if total <= 0.0 || !total.is_finite() {
+        return (1.0, 1.0);
+    }
+    (2.0 * loads / total, 2.0 * stores / total)
 }
 
 /// Which limit decided the period.
@@ -215,10 +249,17 @@ fn positive(what: &'static str, value: f64) -> Result<f64, BudgetError> {
     }
 }
 
-/// `ceil(x)` as a period, at least 1 (saturating for absurd inputs).
+/// `ceil(x)` as a period, at least 1 (saturating for absurd inputs). A quotient within
+/// floating-point noise of a whole number is that number, not the next.
 fn ceil_period(x: f64) -> u64 {
     if x.is_finite() {
-        x.ceil().max(1.0) as u64
+        let nearest = x.round();
+        let whole = if (x - nearest).abs() <= 1e-9 * nearest.abs() {
+            nearest
+        } else {
+            x.ceil()
+        };
+        whole.max(1.0) as u64
     } else {
         u64::MAX
     }
@@ -239,7 +280,8 @@ pub fn choose_period(
         return Err(BudgetError::BadRate(rate));
     }
     let streams = load.streams.max(1);
-    let stream_rate_budget = fraction * 1e9 / (cost_ns * f64::from(streams));
+    let share = positive("share", load.share)?;
+    let stream_rate_budget = fraction * share * 1e9 / (cost_ns * f64::from(streams));
     let budget_period = ceil_period(rate / stream_rate_budget);
     let kernel_max_rate = limits.effective_max_rate(budget.kernel_sample_cost_ns);
     let kernel_period = ceil_period(rate / kernel_max_rate);
@@ -257,6 +299,7 @@ pub fn choose_period(
     let explanation = explain(&Explain {
         rate,
         streams,
+        share,
         period,
         per_stream,
         expected_cpu_fraction,
@@ -281,6 +324,7 @@ pub fn choose_period(
 struct Explain<'a> {
     rate: f64,
     streams: u32,
+    share: f64,
     period: u64,
     per_stream: f64,
     expected_cpu_fraction: f64,
@@ -304,9 +348,14 @@ fn explain(e: &Explain<'_>) -> String {
         ),
         Binding::PmuMinimum => format!("the PMU's minimum period binds; {kernel}"),
     };
+    let share = if (e.share - 1.0).abs() > 1e-9 {
+        format!(" at {:.2}x an equal share", e.share)
+    } else {
+        String::new()
+    };
     format!(
-        "period {} for {:.3e} events/s per CPU on {} stream(s): {:.1} samples/s per stream, \
-         {:.2}% of one core at {:.1} µs/sample (budget {:.2}%); {why}",
+        "period {} for {:.3e} events/s per CPU on {} stream(s){share}: {:.1} samples/s per \
+         stream, {:.2}% of one core at {:.1} µs/sample (budget {:.2}%); {why}",
         e.period,
         e.rate,
         e.streams,
@@ -375,10 +424,7 @@ mod tests {
         let choice = choose_period(
             &SamplingBudget::default(),
             &KernelLimits::LINUX_DEFAULT,
-            &EventLoad {
-                events_per_sec_per_cpu: 2e7,
-                streams: 64,
-            },
+            &EventLoad::equal(2e7, 64),
             PeriodRule::ANY,
         )
         .unwrap();
@@ -407,16 +453,8 @@ mod tests {
             max_sample_rate: 1_000,
             cpu_time_max_percent: 25,
         };
-        let choice = choose_period(
-            &budget,
-            &limits,
-            &EventLoad {
-                events_per_sec_per_cpu: 1e8,
-                streams: 2,
-            },
-            PeriodRule::ANY,
-        )
-        .unwrap();
+        let choice =
+            choose_period(&budget, &limits, &EventLoad::equal(1e8, 2), PeriodRule::ANY).unwrap();
         assert_eq!(choice.budget_period, 800);
         assert_eq!(choice.kernel_period, 100_000);
         assert_eq!(choice.period, 100_000);
@@ -444,10 +482,7 @@ mod tests {
         let choice = choose_period(
             &SamplingBudget::default(),
             &KernelLimits::LINUX_DEFAULT,
-            &EventLoad {
-                events_per_sec_per_cpu: 10.0,
-                streams: 1,
-            },
+            &EventLoad::equal(10.0, 1),
             ibs,
         )
         .unwrap();
@@ -457,10 +492,7 @@ mod tests {
 
     #[test]
     fn rejects_nonsense() {
-        let load = EventLoad {
-            events_per_sec_per_cpu: 1e6,
-            streams: 1,
-        };
+        let load = EventLoad::equal(1e6, 1);
         let limits = KernelLimits::LINUX_DEFAULT;
         for budget in [
             SamplingBudget {
@@ -477,10 +509,7 @@ mod tests {
                 Err(BudgetError::NotPositive { .. })
             ));
         }
-        let bad = EventLoad {
-            events_per_sec_per_cpu: -1.0,
-            streams: 1,
-        };
+        let bad = EventLoad::equal(-1.0, 1);
         assert_eq!(
             choose_period(&SamplingBudget::default(), &limits, &bad, PeriodRule::ANY),
             Err(BudgetError::BadRate(-1.0))

@@ -8,6 +8,7 @@
 
 pub mod budget;
 pub mod ibs;
+pub mod memory_share;
 pub mod pebs;
 pub mod rate;
 pub mod ring;
@@ -16,6 +17,8 @@ pub mod swfault;
 
 use std::collections::BTreeMap;
 
+use memtide_common::AccessKind;
+use memtide_core::sampling::MemoryShares;
 use memtide_host::{
     probe::{SourceKind, pmu::PmuScan},
     sysfs::HostRoot,
@@ -24,7 +27,8 @@ use serde::Serialize;
 
 use self::{
     budget::{BudgetError, EventLoad, KernelLimits, PeriodChoice, PeriodRule, SamplingBudget},
-    sampler::{Sampler, SamplerSpec},
+    memory_share::{MissCounters, ShareCounts, ShareMeter},
+    sampler::{Sampler, SamplerError, SamplerSpec},
 };
 use super::{Delivery, HotnessSource, RateBudget, SourceError};
 use crate::bpf::ProgramStats;
@@ -37,6 +41,11 @@ pub struct ExpectedRates {
     pub pebs_loads_per_sec: f64,
     /// Retired stores (PEBS store events have no latency filter).
     pub pebs_stores_per_sec: f64,
+    /// Share of the `ldlat` loads that reach memory (miss the last-level cache), until the
+    /// cache-miss counters measure it ([`memory_share`]).
+    pub pebs_load_memory_share: f64,
+    /// Share of the stores that reach memory, likewise.
+    pub pebs_store_memory_share: f64,
     /// Dispatched ops (IBS counts ops with `cnt_ctl=1`).
     pub ibs_ops_per_sec: f64,
     /// Fraction of ops that pass `l3missonly` (L3-missing loads and stores; ~10-20 misses per
@@ -51,6 +60,11 @@ impl Default for ExpectedRates {
         Self {
             pebs_loads_per_sec: 2e7,
             pebs_stores_per_sec: 5e8,
+            // A memory-bound core moves ~1e7 cache lines/s each way: about half its 2e7
+            // L2-missing loads and 2 % of its 5e8 stores. The store period is then
+            // √(0.5 / 0.02) = 5 times the load period (Neyman allocation).
+            pebs_load_memory_share: 0.5,
+            pebs_store_memory_share: 0.02,
             ibs_ops_per_sec: 4e9,
             ibs_l3_miss_fraction: 0.02,
             page_faults_per_sec: 1e4,
@@ -123,7 +137,8 @@ pub enum PerfSpecError {
 
 /// The sampler spec for `kind` (PEBS, IBS or software page faults), with periods chosen from
 /// the CPU budget ([`budget::choose_period`]); every sampling stream (event × CPU) gets an equal
-/// share. `root` is where the PMU directories live (for `cpus` files and error messages).
+/// share, except that PEBS splits its loads against its stores by what reaches memory
+/// ([`budget::load_store_shares`]). `root` is where the PMU directories live (for `cpus` files and error messages).
 pub fn perf_spec_for(
     kind: SourceKind,
     scan: &PmuScan,
@@ -140,6 +155,7 @@ pub fn perf_spec_for(
             let choice = options.choose(
                 options.rates.page_faults_per_sec,
                 options.streams_on(None),
+                1.0,
                 PeriodRule::ANY,
             )?;
             Ok(PerfSourceSpec {
@@ -166,11 +182,13 @@ impl PerfSourceOptions {
         u32::try_from(n).unwrap_or(u32::MAX)
     }
 
-    /// The period for an event seen `rate` times a second per CPU, over `streams` streams.
+    /// The period for an event seen `rate` times a second per CPU, over `streams` streams
+    /// taking `share` of an equal split each.
     fn choose(
         &self,
         rate: f64,
         streams: u32,
+        share: f64,
         rule: PeriodRule,
     ) -> Result<PeriodChoice, BudgetError> {
         budget::choose_period(
@@ -179,9 +197,20 @@ impl PerfSourceOptions {
             &EventLoad {
                 events_per_sec_per_cpu: rate,
                 streams,
+                share,
             },
             rule,
         )
+    }
+
+    /// The store period as a multiple of the load period at the expected memory shares.
+    #[must_use]
+    pub fn assumed_store_period_ratio(&self) -> f64 {
+        MemoryShares {
+            loads: self.rates.pebs_load_memory_share,
+            stores: self.rates.pebs_store_memory_share,
+        }
+        .store_period_ratio()
     }
 }
 
@@ -209,10 +238,21 @@ fn pebs_spec(
             atom.name
         ));
     }
-    let loads = options.choose(options.rates.pebs_loads_per_sec, streams, pebs::PERIOD_RULE)?;
+    let (load_share, store_share) = budget::load_store_shares(
+        options.rates.pebs_loads_per_sec,
+        options.rates.pebs_stores_per_sec,
+        options.assumed_store_period_ratio(),
+    );
+    let loads = options.choose(
+        options.rates.pebs_loads_per_sec,
+        streams,
+        load_share,
+        pebs::PERIOD_RULE,
+    )?;
     let stores = options.choose(
         options.rates.pebs_stores_per_sec,
         streams,
+        store_share,
         pebs::PERIOD_RULE,
     )?;
     let pebs_options = pebs::PebsOptions {
@@ -257,6 +297,7 @@ fn ibs_spec(
     let choice = options.choose(
         options.rates.ibs_ops_per_sec * fraction,
         options.streams_on(None),
+        1.0,
         ibs::PERIOD_RULE,
     )?;
     let event = ibs::op_event(
@@ -286,6 +327,46 @@ pub struct PerfSource {
     sampler: Sampler,
     targets: Vec<u32>,
     rate: RateBudget,
+    /// PEBS with stores, where the PMU has the generic LLC miss events.
+    split: Option<StoreSplit>,
+}
+
+/// What re-splits PEBS's budget between loads and stores at run time.
+#[derive(Debug)]
+struct StoreSplit {
+    misses: MissCounters,
+    meter: ShareMeter,
+    /// The store:load period ratio the events opened with.
+    opened_at: f64,
+}
+
+impl StoreSplit {
+    /// Opens the miss counters for a PEBS source whose spec samples stores; `None` (and a
+    /// log line saying why) where the split cannot be measured.
+    fn start(kind: SourceKind, spec: &PerfSourceSpec, options: &PerfSourceOptions) -> Option<Self> {
+        let samples_stores = spec.periods.iter().any(|(event, _)| *event == "mem-stores");
+        if kind != SourceKind::Pebs || !samples_stores {
+            return None;
+        }
+        let opened_at = options.assumed_store_period_ratio();
+        match MissCounters::open(&options.cpus) {
+            Ok(misses) => Some(Self {
+                misses,
+                meter: ShareMeter::new(opened_at),
+                opened_at,
+            }),
+            Err(error) => {
+                tracing::info!(
+                    source = %kind,
+                    %error,
+                    ratio = opened_at,
+                    "no generic LLC miss counters (LLC-load-misses, LLC-store-misses): the store \
+                     sample period stays at the assumed multiple of the load period"
+                );
+                None
+            }
+        }
+    }
 }
 
 impl PerfSource {
@@ -314,6 +395,7 @@ impl PerfSource {
                     .limits
                     .effective_max_rate(options.budget.kernel_sample_cost_ns),
             },
+            split: StoreSplit::start(kind, &spec, options),
         };
         source.set_targets(pids)?;
         Ok(source)
@@ -359,5 +441,31 @@ impl HotnessSource for PerfSource {
 
     fn rate_budget(&self) -> Option<RateBudget> {
         Some(self.rate)
+    }
+
+    fn rebalance(&mut self) -> Result<Option<f64>, SourceError> {
+        let Some(split) = self.split.as_mut() else {
+            return Ok(None);
+        };
+        let (loads_to_memory, stores_to_memory) = split
+            .misses
+            .read()
+            .map_err(|source| SamplerError::Read { source })?;
+        let counts = ShareCounts {
+            loads: self.sampler.counted(AccessKind::Load)?,
+            loads_to_memory,
+            stores: self.sampler.counted(AccessKind::Store)?,
+            stores_to_memory,
+        };
+        let Some(ratio) = split.meter.observe(counts) else {
+            return Ok(None);
+        };
+        self.sampler.set_store_ratio(ratio / split.opened_at)?;
+        split.meter.applied(ratio);
+        Ok(Some(ratio))
+    }
+
+    fn store_period_ratio(&self) -> Option<f64> {
+        self.split.as_ref().map(|split| split.meter.ratio())
     }
 }

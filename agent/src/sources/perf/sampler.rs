@@ -92,6 +92,16 @@ impl SamplerSpec {
     }
 }
 
+/// The period of `event` at budget `scale`, stores at `store_factor` times that.
+fn event_period(event: &SamplingEvent, scale: f64, store_factor: f64) -> u64 {
+    let factor = if event.kind == AccessKind::Store {
+        scale * store_factor
+    } else {
+        scale
+    };
+    period_at(event.base, factor, event.rule)
+}
+
 /// `base * scale`, rounded, at least 1 and at most `u64::MAX / 2` (the kernel rejects periods
 /// with the top bit set).
 #[must_use]
@@ -152,6 +162,11 @@ pub enum SamplerError {
         #[source]
         source: io::Error,
     },
+    #[error("reading a perf event's count: {source}")]
+    Read {
+        #[source]
+        source: io::Error,
+    },
     #[error("disabling a perf event: {source}")]
     Disable {
         #[source]
@@ -181,13 +196,27 @@ const fn program_for(kind: AccessKind) -> &'static str {
     }
 }
 
+/// One sampling event on one CPU.
+#[derive(Clone, Copy, Debug)]
+struct SamplingEvent {
+    /// Index into [`Sampler::events`].
+    index: usize,
+    /// The period it opened with.
+    base: u64,
+    rule: PeriodRule,
+    kind: AccessKind,
+}
+
 /// A running sampler. Holds the BPF object and the perf events.
 pub struct Sampler {
     // Field order is drop order: events close (detaching the programs) before the object.
     events: Vec<OwnedFd>,
-    /// The sampling (non-leader) events: index into `events`, the period they opened with and
-    /// the periods their PMU accepts.
-    sampling: Vec<(usize, u64, PeriodRule)>,
+    /// The sampling (non-leader) events.
+    sampling: Vec<SamplingEvent>,
+    /// The period multiplier the budget last set ([`Self::scale_periods`]).
+    scale: f64,
+    /// Store periods relative to their opening periods ([`Self::set_store_ratio`]).
+    store_factor: f64,
     targets: BpfHashMap<MapData, u32, u8>,
     drops: PerCpuArray<MapData, u64>,
     ring: Option<RingBuf<MapData>>,
@@ -288,7 +317,12 @@ impl Sampler {
                 }
             })?;
             // Members before their leader: they close first on drop.
-            sampling.push((events.len(), event.attr.sample_period, event.period_rule));
+            sampling.push(SamplingEvent {
+                index: events.len(),
+                base: event.attr.sample_period,
+                rule: event.period_rule,
+                kind: event.kind,
+            });
             events.push(fd);
             events.extend(finished);
         }
@@ -300,6 +334,8 @@ impl Sampler {
         let sampler = Self {
             events,
             sampling,
+            scale: 1.0,
+            store_factor: 1.0,
             targets,
             drops,
             ring: Some(ring),
@@ -366,14 +402,42 @@ impl Sampler {
     /// keeps their ratio. Returns the periods now in force, one per spec event kind as opened,
     /// for logs and metrics.
     pub fn scale_periods(&mut self, scale: f64) -> Result<Vec<u64>, SamplerError> {
+        let applied = self.apply_periods(scale, self.store_factor)?;
+        self.scale = scale;
+        Ok(applied)
+    }
+
+    /// Sets the store events' periods to `factor` times their opening periods (at the scale
+    /// in force), leaving the loads alone: the PEBS store:load split following what reaches
+    /// memory ([`super::memory_share`]). Returns the periods now in force.
+    pub fn set_store_ratio(&mut self, factor: f64) -> Result<Vec<u64>, SamplerError> {
+        let applied = self.apply_periods(self.scale, factor)?;
+        self.store_factor = factor;
+        Ok(applied)
+    }
+
+    fn apply_periods(&self, scale: f64, store_factor: f64) -> Result<Vec<u64>, SamplerError> {
         let mut applied = Vec::with_capacity(self.sampling.len());
-        for &(index, base, rule) in &self.sampling {
-            let period = period_at(base, scale, rule);
-            perf::set_period(self.events[index].as_fd(), period)
+        for event in &self.sampling {
+            let period = event_period(event, scale, store_factor);
+            perf::set_period(self.events[event.index].as_fd(), period)
                 .map_err(|source| SamplerError::SetPeriod { period, source })?;
             applied.push(period);
         }
         Ok(applied)
+    }
+
+    /// Events counted so far by the sampling events of `kind` (sampled or not), over every
+    /// CPU.
+    pub fn counted(&self, kind: AccessKind) -> Result<u64, SamplerError> {
+        self.sampling
+            .iter()
+            .filter(|event| event.kind == kind)
+            .try_fold(0u64, |total, event| {
+                let count = perf::read_count(self.events[event.index].as_fd())
+                    .map_err(|source| SamplerError::Read { source })?;
+                Ok(total.saturating_add(count))
+            })
     }
 
     /// Stops every event (the programs stay attached; dropping the sampler detaches them), so
@@ -471,6 +535,27 @@ mod tests {
         }
         // PEBS takes any period.
         assert_eq!(period_at(64_000, 1.37, PeriodRule::ANY), 87_680);
+    }
+
+    #[test]
+    fn the_store_ratio_moves_only_the_store_periods_and_composes_with_the_budget() {
+        let event = |kind, base| SamplingEvent {
+            index: 0,
+            base,
+            rule: PeriodRule::ANY,
+            kind,
+        };
+        let (load, store) = (
+            event(AccessKind::Load, 192_000),
+            event(AccessKind::Store, 960_000),
+        );
+        // Opened 5 load periods apart; stores measured memory-bound: factor 1/5.
+        assert_eq!(event_period(&load, 1.0, 0.2), 192_000);
+        assert_eq!(event_period(&store, 1.0, 0.2), 192_000);
+        // The budget doubles every period afterwards; the stores keep their factor.
+        assert_eq!(event_period(&load, 2.0, 0.2), 384_000);
+        assert_eq!(event_period(&store, 2.0, 0.2), 384_000);
+        assert_eq!(event_period(&store, 2.0, 1.0), 1_920_000);
     }
 
     #[test]

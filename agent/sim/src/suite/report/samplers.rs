@@ -51,7 +51,7 @@ impl Report<'_> {
         let time = pebs_time / ideal_time - 1.0;
         let _ = writeln!(
             o,
-            "- The sampling period's magnitude changes no decision: memtide under `pebs` samples (as many as `ideal`'s, loads and stores at the default periods' ratio) vs `ideal`, geometric mean over {n} traces and {SAMPLER_SEEDS} draws of the samples: hit ratio {pebs_hit:.3} vs {ideal_hit:.3} ({:+.2} %), relative time {pebs_time:.3} vs {ideal_time:.3} ({:+.2} %); goal within {:.0} %: {}.",
+            "- The sampling period's magnitude changes no decision: memtide under `pebs` samples (as many as `ideal`'s, loads and stores split by the shares that reach memory) vs `ideal`, geometric mean over {n} traces and {SAMPLER_SEEDS} draws of the samples: hit ratio {pebs_hit:.3} vs {ideal_hit:.3} ({:+.2} %), relative time {pebs_time:.3} vs {ideal_time:.3} ({:+.2} %); goal within {:.0} %: {}.",
             hit * 100.0,
             time * 100.0,
             PEBS_TOLERANCE * 100.0,
