@@ -334,38 +334,43 @@ pub struct PerfSource {
 /// What re-splits PEBS's budget between loads and stores at run time.
 #[derive(Debug)]
 struct StoreSplit {
-    misses: MissCounters,
+    /// `None` where the PMU has no generic LLC miss events: the split stays as opened.
+    misses: Option<MissCounters>,
     meter: ShareMeter,
     /// The store:load period ratio the events opened with.
     opened_at: f64,
 }
 
 impl StoreSplit {
-    /// Opens the miss counters for a PEBS source whose spec samples stores; `None` (and a
-    /// log line saying why) where the split cannot be measured.
+    /// The split of a PEBS source whose spec samples stores, at the ratio of the periods it
+    /// opened with, and the miss counters that measure it where the PMU has them.
     fn start(kind: SourceKind, spec: &PerfSourceSpec, options: &PerfSourceOptions) -> Option<Self> {
-        let samples_stores = spec.periods.iter().any(|(event, _)| *event == "mem-stores");
-        if kind != SourceKind::Pebs || !samples_stores {
+        if kind != SourceKind::Pebs {
             return None;
         }
-        let opened_at = options.assumed_store_period_ratio();
-        match MissCounters::open(&options.cpus) {
-            Ok(misses) => Some(Self {
-                misses,
-                meter: ShareMeter::new(opened_at),
-                opened_at,
-            }),
-            Err(error) => {
+        let period = |name: &str| {
+            spec.periods
+                .iter()
+                .find(|(event, _)| *event == name)
+                .map(|(_, choice)| choice.period as f64)
+        };
+        let opened_at = period("mem-stores")? / period("mem-loads")?;
+        let misses = MissCounters::open(&options.cpus)
+            .inspect_err(|error| {
                 tracing::info!(
                     source = %kind,
                     %error,
                     ratio = opened_at,
                     "no generic LLC miss counters (LLC-load-misses, LLC-store-misses): the store \
-                     sample period stays at the assumed multiple of the load period"
+                     sample period stays at this multiple of the load period"
                 );
-                None
-            }
-        }
+            })
+            .ok();
+        Some(Self {
+            misses,
+            meter: ShareMeter::new(opened_at),
+            opened_at,
+        })
     }
 }
 
@@ -447,8 +452,10 @@ impl HotnessSource for PerfSource {
         let Some(split) = self.split.as_mut() else {
             return Ok(None);
         };
-        let (loads_to_memory, stores_to_memory) = split
-            .misses
+        let Some(misses) = &split.misses else {
+            return Ok(None);
+        };
+        let (loads_to_memory, stores_to_memory) = misses
             .read()
             .map_err(|source| SamplerError::Read { source })?;
         let counts = ShareCounts {
@@ -467,5 +474,38 @@ impl HotnessSource for PerfSource {
 
     fn store_period_ratio(&self) -> Option<f64> {
         self.split.as_ref().map(|split| split.meter.ratio())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture(name: &str) -> HostRoot {
+        HostRoot::new(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fixtures/pmus")
+                .join(name),
+        )
+    }
+
+    fn split_for(kind: SourceKind, pmus: &str) -> Option<StoreSplit> {
+        let root = fixture(pmus);
+        let scan = PmuScan::read(&root).expect("fixture PMUs");
+        let options = PerfSourceOptions::new(vec![0], KernelLimits::read(&root).expect("limits"));
+        let spec = perf_spec_for(kind, &scan, &root, &options).expect("a spec");
+        StoreSplit::start(kind, &spec, &options)
+    }
+
+    #[test]
+    fn the_store_split_starts_at_the_ratio_of_the_periods_opened() {
+        let split = split_for(SourceKind::Pebs, "sapphire-rapids").expect("PEBS with stores");
+        // Half the ldlat loads and 2 % of the stores assumed to reach memory: √25.
+        assert!((split.opened_at - 5.0).abs() < 1e-9, "{}", split.opened_at);
+        assert!((split.meter.ratio() - 5.0).abs() < 1e-9);
+        assert!(
+            split_for(SourceKind::Ibs, "zen4").is_none(),
+            "IBS has no store events"
+        );
     }
 }
