@@ -165,6 +165,7 @@ impl SimPolicy for EnginePolicy {
             demote_bytes = plan.demote_bytes,
             would_promote_bytes = plan.would_promote_bytes,
             room = plan.promote_room,
+            threshold_ns = plan.benefit_threshold_ns,
             moves = plan.moves.len(),
             granularity = plan.granularity.bytes(),
             next_epoch_ms = ms(plan.epoch),

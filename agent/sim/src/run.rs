@@ -690,8 +690,10 @@ mod tests {
             none.fast_hit_ratio
         );
         assert!(oracle.fast_hit_ratio >= mt.fast_hit_ratio);
-        // Hot pages are sparse: memtide migrates 4 KiB pages, not whole superpages.
-        assert!(mt.migrated_bytes_by_granularity.k4 > mt.migrated_bytes_by_granularity.m2);
+        // Hot pages are sparse: memtide migrates 4 KiB pages, not whole superpages (the cold runs
+        // it evicts for them move in the 64 KiB granules they cover).
+        let g = &mt.migrated_bytes_by_granularity;
+        assert!(g.k4 + g.k64 > g.m2, "{g:?}");
     }
 
     #[test]

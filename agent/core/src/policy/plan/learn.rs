@@ -9,7 +9,7 @@ use crate::{
     engine::{EngineConfig, HotnessView, reuse::ReuseHistogram, superpage::NO_SLOT},
     policy::{
         CapacityView,
-        benefit::CostModel,
+        benefit::{CostModel, Payback},
         epoch::{EpochChange, EpochInputs},
     },
     units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE},
@@ -80,9 +80,12 @@ impl Planner {
             self.retention.note(inter as f64 / hot_before as f64);
         }
         let pc = &self.cfg;
-        let unpaid = payback.is_some_and(|p| p < pc.epoch.min_payback);
-        self.threshold
-            .update(&pc.benefit, self.last_pingpong, self.last_moved, unpaid);
+        self.threshold.update(
+            &pc.benefit,
+            self.last_pingpong,
+            self.last_moved,
+            Payback::judge(payback, pc.epoch.min_payback),
+        );
         self.epoch.update(&pc.epoch, &inputs)
     }
 

@@ -2,7 +2,7 @@ use super::{
     candidates::Candidate,
     learn::snapshot_covers,
     select::riders,
-    victims::{Victim, runs},
+    victims::{Victim, granules, runs},
     *,
 };
 use crate::{
@@ -127,4 +127,28 @@ fn runs_split_on_tier_and_predicate() {
     let mut got = Vec::new();
     runs(&r, |p| p != 1, |s, n| got.push((s, n)));
     assert_eq!(got, vec![(0, 1), (2, 1), (5, 2), (511, 1)]);
+}
+
+#[test]
+fn a_cold_run_moves_in_the_64k_granules_it_covers() {
+    let k4 = Granularity::KIB_4;
+    let k64 = Granularity::KIB_64;
+    let cut = |first, n| granules(first, n, k64).collect::<Vec<_>>();
+    // Pages 3..51: 13 pages up to the first 64 KiB boundary, two whole granules, 3 pages after.
+    assert_eq!(
+        cut(3, 48),
+        vec![(3, 13, k4), (16, 16, k64), (32, 16, k64), (48, 3, k4)]
+    );
+    // Aligned at both ends: granules only, one operation each instead of one per page.
+    assert_eq!(cut(16, 32), vec![(16, 16, k64), (32, 16, k64)]);
+    // Inside one granule, or short of covering one: page by page.
+    assert_eq!(cut(17, 10), vec![(17, 10, k4)]);
+    assert_eq!(cut(8, 16), vec![(8, 8, k4), (16, 8, k4)]);
+    // A whole superpage's run up to its last page.
+    let all = cut(0, SUBPAGES);
+    assert_eq!(all.len(), SUBPAGES / 16);
+    assert!(
+        all.iter()
+            .all(|&(first, n, g)| first % 16 == 0 && n == 16 && g == k64)
+    );
 }

@@ -79,6 +79,8 @@ struct SuperpageVictims<'a> {
     /// Pages promoted within the hysteresis window (not victims).
     recent: [u64; 8],
     read_dominant: bool,
+    /// The coarsest granule a cold run is cut into.
+    granule: Granularity,
 }
 
 impl SuperpageVictims<'_> {
@@ -104,18 +106,37 @@ impl SuperpageVictims<'_> {
         }
     }
 
-    /// A run of `n` pages from page `first`, moved page by page.
-    fn run(&self, first: usize, n: usize, reads: f64, writes: f64, traffic: f64) -> Victim {
+    /// A run of `n` pages from page `first`, moved in granules of `gran`.
+    fn run(
+        &self,
+        first: usize,
+        n: usize,
+        gran: Granularity,
+        reads: f64,
+        writes: f64,
+        traffic: f64,
+    ) -> Victim {
         Victim {
             start: superpage_base(self.rec.sp) + first as u64 * PAGE_SIZE,
             len: n as u64 * PAGE_SIZE,
-            gran: Granularity::KIB_4,
+            gran,
             ..self.whole(reads, writes, traffic)
         }
     }
 }
 
 impl Planner {
+    /// The coarsest granule cold runs move in: 64 KiB, or 4 KiB when the granularity is pinned
+    /// there (Ryoo's static 4 KiB baseline moves every page on its own).
+    fn victim_granule(&self) -> Granularity {
+        let g = &self.cfg.granularity;
+        if g.fixed && g.initial == Granularity::KIB_4 {
+            Granularity::KIB_4
+        } else {
+            Granularity::KIB_64
+        }
+    }
+
     /// Fast-resident data that could be demoted, coldest per byte first, and the traffic split
     /// between the tiers.
     pub(super) fn collect_victims(
@@ -155,6 +176,7 @@ impl Planner {
                     pc.rw.read_write_ratio,
                     hot.write_factor(),
                 ) == Domain::ReadDominant,
+                granule: self.victim_granule(),
             };
             if rec.slot == NO_SLOT {
                 stage1_victims(&sv, scale.k1, &mut victims);
@@ -215,8 +237,10 @@ impl Planner {
                 &sv.residency,
                 |p| sv.settled(p) && !is_hot(p),
                 |first, n| {
-                    let (reads, writes, traffic) = sum(first, n);
-                    victims.push(sv.run(first, n, reads, writes, traffic));
+                    for (first, n, gran) in granules(first, n, sv.granule) {
+                        let (reads, writes, traffic) = sum(first, n);
+                        victims.push(sv.run(first, n, gran, reads, writes, traffic));
+                    }
                 },
             );
         }
@@ -297,8 +321,10 @@ fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>)
             &sv.residency,
             |p| sv.settled(p),
             |first, n| {
-                let (reads, writes, traffic, first, n) = victim(first, n);
-                victims.push(sv.run(first, n, reads, writes, traffic));
+                for (first, n, gran) in granules(first, n, sv.granule) {
+                    let (reads, writes, traffic, first, n) = victim(first, n);
+                    victims.push(sv.run(first, n, gran, reads, writes, traffic));
+                }
             },
         );
     }
@@ -324,6 +350,26 @@ fn fast_fraction(hot: &HotnessView<'_>, slot: u32, res: &Residency) -> f64 {
     } else {
         f64::from(res.fast_pages()) / SUBPAGES as f64
     }
+}
+
+/// A run of `n` pages from page `first` cut where it can move in fewer operations: the aligned
+/// `granule`s it covers whole move one operation each, the pages before and after them one by
+/// one. Demoting a cold run page by page would cost a TLB shootdown per 4 KiB.
+pub(super) fn granules(
+    first: usize,
+    n: usize,
+    granule: Granularity,
+) -> impl Iterator<Item = (usize, usize, Granularity)> {
+    let pages = usize::try_from(granule.pages()).unwrap_or(1).max(1);
+    let end = first + n;
+    let body_start = first.next_multiple_of(pages).min(end);
+    let body_end = (end / pages * pages).max(body_start);
+    let head = (body_start > first).then_some((first, body_start - first, Granularity::KIB_4));
+    let body = (body_start..body_end)
+        .step_by(pages)
+        .map(move |p| (p, pages, granule));
+    let tail = (end > body_end).then_some((body_end, end - body_end, Granularity::KIB_4));
+    head.into_iter().chain(body).chain(tail)
 }
 
 /// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
