@@ -7,15 +7,15 @@
 //! repeats the last). A page is hot when its benefit exceeds a threshold; the paper raises the
 //! threshold while migrations ping-pong but gives no rule, so [`Threshold`] raises it
 //! multiplicatively while the last plan's moves did not realise what they cost (the epoch
-//! controller's payback), or while the ping-pong share of moved bytes is above a bound and no
-//! payback shows the moves paid; ping-pong that paid holds it; otherwise it relaxes. Ping-pong
-//! that pays is not waste: a sweep through more data than the fast tier holds is promoted and
-//! demoted again by design, and a threshold raised against it ratcheted up (to 64-128 µs per page on
-//! `stencil.mt`) until the fast tier held none of the sweep.
+//! controller's [`Payback`]), or while the ping-pong share of moved bytes is above a bound and
+//! no payback shows the moves paid; ping-pong that paid holds it; otherwise it relaxes.
+//! Ping-pong that pays is not waste: a sweep through more data than the fast tier holds is
+//! promoted and demoted again by design, and a threshold raised against it ratcheted up (to
+//! 64-128 µs per page on `stencil.mt`) until the fast tier held none of the sweep.
 
 use serde::{Deserialize, Serialize};
 
-use super::CapacityView;
+use super::{CapacityView, epoch::Payback};
 use crate::units::PAGE_SIZE;
 use crate::validate::{ConfigError, check};
 
@@ -217,29 +217,6 @@ impl CostModel {
     }
 }
 
-/// What the last plan's moves realised against what they cost (the epoch controller's payback).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Payback {
-    /// The last plan promoted nothing: no verdict.
-    Unmeasured,
-    /// The moves realised at least what they cost.
-    Paid,
-    /// The moves realised less than they cost.
-    Unpaid,
-}
-
-impl Payback {
-    /// The verdict on a measured payback ratio (realised over cost) against `min_payback`.
-    #[must_use]
-    pub fn judge(ratio: Option<f64>, min_payback: f64) -> Self {
-        match ratio {
-            None => Self::Unmeasured,
-            Some(r) if r >= min_payback => Self::Paid,
-            Some(_) => Self::Unpaid,
-        }
-    }
-}
-
 /// The migration-benefit threshold per 4 KiB page, raised under ping-pong.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Threshold {
@@ -414,12 +391,5 @@ mod tests {
         // Paid moves without ping-pong relax it as before.
         t.update(&cfg, 0, 100, Payback::Paid);
         assert_eq!(t.per_page_ns(), 500.0);
-    }
-
-    #[test]
-    fn payback_verdicts() {
-        assert_eq!(Payback::judge(None, 1.0), Payback::Unmeasured);
-        assert_eq!(Payback::judge(Some(1.0), 1.0), Payback::Paid);
-        assert_eq!(Payback::judge(Some(0.99), 1.0), Payback::Unpaid);
     }
 }

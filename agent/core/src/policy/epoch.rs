@@ -95,6 +95,29 @@ impl EpochConfig {
     }
 }
 
+/// What the last plan's moves realised against what they cost (the epoch controller's payback).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Payback {
+    /// The last plan promoted nothing: no verdict.
+    Unmeasured,
+    /// The moves realised at least what they cost.
+    Paid,
+    /// The moves realised less than they cost.
+    Unpaid,
+}
+
+impl Payback {
+    /// The verdict on a measured payback ratio (realised over cost) against `min_payback`.
+    #[must_use]
+    pub fn judge(ratio: Option<f64>, min_payback: f64) -> Self {
+        match ratio {
+            None => Self::Unmeasured,
+            Some(r) if r >= min_payback => Self::Paid,
+            Some(_) => Self::Unpaid,
+        }
+    }
+}
+
 /// What the controller looks at, measured over the epoch that just ended.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct EpochInputs {
@@ -171,14 +194,14 @@ impl EpochController {
         // A plan that promoted nothing measures no payback; until one does, the last one
         // stands, or a stream the moves could not keep up with would shorten the epoch again
         // as soon as the threshold stopped the moves.
-        let unpaid = |payback: Option<f64>| payback.is_some_and(|p| p < cfg.min_payback);
-        let last_unpaid = unpaid(self.last_payback);
-        let paid = i.payback.is_some_and(|p| p >= cfg.min_payback);
+        let verdict = |payback| Payback::judge(payback, cfg.min_payback);
+        let last_unpaid = verdict(self.last_payback) == Payback::Unpaid;
+        let paid = verdict(i.payback) == Payback::Paid;
         let oscillating =
             i.pingpong_share > cfg.oscillation_pingpong || (i.capacity_bound && half_shifted);
         let (mut next, mut change) = if oscillating && !paid {
             (cur * cfg.step, EpochChange::LongerOscillation)
-        } else if unpaid(i.payback) {
+        } else if verdict(i.payback) == Payback::Unpaid {
             (cur * cfg.step, EpochChange::LongerPayback)
         } else if last_unpaid {
             (cur, EpochChange::HoldUnpaid)
@@ -312,6 +335,13 @@ mod tests {
             EpochChange::ShorterShrinking
         );
         assert_eq!(c.current(), Duration::from_millis(400));
+    }
+
+    #[test]
+    fn payback_verdicts() {
+        assert_eq!(Payback::judge(None, 1.0), Payback::Unmeasured);
+        assert_eq!(Payback::judge(Some(1.0), 1.0), Payback::Paid);
+        assert_eq!(Payback::judge(Some(0.99), 1.0), Payback::Unpaid);
     }
 
     #[test]

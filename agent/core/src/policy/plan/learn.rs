@@ -9,8 +9,8 @@ use crate::{
     engine::{EngineConfig, HotnessView, reuse::ReuseHistogram, superpage::NO_SLOT},
     policy::{
         CapacityView,
-        benefit::{CostModel, Payback},
-        epoch::{EpochChange, EpochInputs},
+        benefit::CostModel,
+        epoch::{EpochChange, EpochInputs, Payback},
     },
     units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE},
 };

@@ -126,14 +126,15 @@ impl SuperpageVictims<'_> {
 }
 
 impl Planner {
-    /// The coarsest granule cold runs move in: 64 KiB, or 4 KiB when the granularity is pinned
-    /// there (Ryoo's static 4 KiB baseline moves every page on its own).
+    /// The coarsest granule cold runs move in: the medium granularity (64 KiB by default), or
+    /// 4 KiB when the granularity is pinned there (Ryoo's static 4 KiB baseline moves every page
+    /// on its own).
     fn victim_granule(&self) -> Granularity {
         let g = &self.cfg.granularity;
         if g.fixed && g.initial == Granularity::KIB_4 {
             Granularity::KIB_4
         } else {
-            Granularity::KIB_64
+            g.medium
         }
     }
 
@@ -150,6 +151,7 @@ impl Planner {
         let pc = &self.cfg;
         let mut victims = Vec::new();
         let mut traffic = Traffic::default();
+        let granule = self.victim_granule();
         for rec in hot.superpages() {
             let acc = f64::from(hot.accesses(rec)) * scale.k1;
             traffic.total += acc;
@@ -176,7 +178,7 @@ impl Planner {
                     pc.rw.read_write_ratio,
                     hot.write_factor(),
                 ) == Domain::ReadDominant,
-                granule: self.victim_granule(),
+                granule,
             };
             if rec.slot == NO_SLOT {
                 stage1_victims(&sv, scale.k1, &mut victims);
