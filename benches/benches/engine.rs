@@ -1,4 +1,5 @@
-//! Engine hot paths: stage-1 ingest, `plan()` for a target touching 1 TiB, and engine memory.
+//! Engine hot paths: stage-1 ingest, the interval close, `plan()` for a target touching 1 TiB,
+//! and engine memory.
 //!
 //! Run: `cargo bench -p memtide-benches --bench engine`. Figures go to docs/benchmarks.md.
 
@@ -184,6 +185,66 @@ fn plan(c: &mut Criterion) {
     g.finish();
 }
 
+/// One sample in each of `count` superpages spread evenly over the first `tracked`.
+fn spread_samples(tracked: u64, count: u64) -> Vec<Sample> {
+    let mut rng = SplitMix64::new(3);
+    let stride = tracked / count;
+    (0..count)
+        .map(|i| Sample {
+            addr: i * stride * SUPERPAGE_SIZE + rng.below(512) * 4096,
+            kind: AccessKind::Load,
+            weight: 1 + rng.below(8) as u32,
+        })
+        .collect()
+}
+
+/// One interval close (`Engine::tick` across one boundary), N = 1000, of an engine tracking
+/// `tracked` superpages of which `sampled` have samples in every interval: all of them (the
+/// agent's worst case: samples spread over more superpages than stage 2 holds), or 16 Ki of
+/// 1 TiB's (a large target whose other superpages were sampled once and have cooled to zero).
+fn close(c: &mut Criterion) {
+    let mut g = c.benchmark_group("close");
+    for (name, tracked, sampled) in [
+        ("16k_superpages", 16 * 1024, 16 * 1024),
+        ("1tib", SUPERPAGES_1TIB, SUPERPAGES_1TIB),
+        ("1tib_16k_sampled", SUPERPAGES_1TIB, 16 * 1024),
+    ] {
+        let cfg = EngineConfig {
+            top_n: 1000,
+            top_n_max: 1000,
+            adapt_top_n: false,
+            ..EngineConfig::default()
+        };
+        let interval = cfg.interval();
+        let all = spread_samples(tracked, tracked);
+        let some = spread_samples(tracked, sampled);
+        let mut e = Engine::new(cfg, MEMOS_READ_WRITE_RATIO).expect("valid config");
+        e.observe_samples(&all, Duration::ZERO);
+        // Long enough for the superpages sampled once to cool to zero; stage 2 selected and
+        // filled from the sampled ones; a plan's epoch end every 5 intervals.
+        for k in 1..40u32 {
+            e.observe_samples(&some, interval * k);
+            e.tick(interval * k);
+            if k % 5 == 0 {
+                e.end_epoch(0);
+            }
+        }
+        e.observe_samples(&some, interval * 40);
+        g.throughput(Throughput::Elements(tracked));
+        g.bench_function(name, |b| {
+            b.iter_batched(
+                || e.clone(),
+                |mut e| {
+                    e.tick(interval * 41);
+                    e
+                },
+                BatchSize::LargeInput,
+            );
+        });
+    }
+    g.finish();
+}
+
 fn memory_report() {
     let e = engine_1tib();
     let naive = SUPERPAGES_1TIB * 512 * 2;
@@ -202,7 +263,7 @@ fn memory_report() {
 criterion_group! {
     name = benches;
     config = Criterion::default().sample_size(10).measurement_time(Duration::from_secs(5)).warm_up_time(Duration::from_secs(1));
-    targets = ingest, plan
+    targets = ingest, close, plan
 }
 
 fn main() {

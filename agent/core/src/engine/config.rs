@@ -11,7 +11,9 @@ use crate::validate::{ConfigError, check};
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EngineConfig {
-    /// Counting interval, ms (Rainbow: 10^8 cycles ≈ 31 ms). Default 50.
+    /// Counting interval, ms (Rainbow: 10^8 cycles ≈ 31 ms). Default 20. The planner sees what
+    /// the intervals closed before it, and reuse gaps count whole intervals, so no epoch acts
+    /// on fresher data, or follows shorter reuse, than one interval.
     pub interval_ms: u64,
     /// Weight of a write relative to a read in the stage-1 ranking (Memos' 2). Default 2.
     pub write_weight: u32,
@@ -30,7 +32,8 @@ pub struct EngineConfig {
     /// Share of accesses the hot set covers (Rainbow after CHOP). Default 0.7.
     pub hot_coverage: f64,
     /// A superpage untouched this many intervals, cooled to zero and outside stage 2 is forgotten.
-    /// Must exceed the longest epoch in intervals for reuse distances to be seen. Default 512.
+    /// Must exceed the longest epoch in intervals for reuse distances to be seen. Default 1280
+    /// (25.6 s of 20 ms intervals).
     pub retain_intervals: u32,
     /// Reads credited per 4 KiB page per DAMON `nr_accesses`. Default 1.
     pub damon_weight: u32,
@@ -46,7 +49,7 @@ pub struct EngineConfig {
 impl Default for EngineConfig {
     fn default() -> Self {
         Self {
-            interval_ms: 50,
+            interval_ms: 20,
             write_weight: 2,
             cooling_shift: 1,
             stage2_cooling_shift: 1,
@@ -54,7 +57,7 @@ impl Default for EngineConfig {
             top_n_max: 1000,
             adapt_top_n: true,
             hot_coverage: 0.7,
-            retain_intervals: 512,
+            retain_intervals: 1280,
             damon_weight: 1,
             rate_smoothing: 0.3,
             max_superpages: 1 << 20,

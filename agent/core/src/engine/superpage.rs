@@ -29,8 +29,6 @@ pub(crate) const SEEN: u8 = 1;
 pub(crate) const TOUCHED_EPOCH: u8 = 2;
 /// Was in the hot set at the last plan.
 pub(crate) const HOT_PREV: u8 = 4;
-/// Selected for stage 2 at this close but has no slot yet.
-pub(crate) const NEEDS_SLOT: u8 = 8;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SuperpageRecord {
@@ -81,6 +79,15 @@ impl SuperpageRecord {
     /// Cooled accesses, in read samples.
     pub(crate) fn accesses(&self, write_factor: f64) -> u32 {
         read_samples(f64::from(self.heat_r) + write_factor * f64::from(self.heat_w))
+    }
+
+    /// Nothing counted, nothing to cool, no stage-2 slot and nothing the epoch's end resets:
+    /// closing an interval or ending an epoch leaves the record as it is.
+    pub(crate) fn at_rest(&self) -> bool {
+        (self.heat_r | self.heat_w | self.ivl_r | self.ivl_w | self.epoch_r | self.epoch_w) == 0
+            && self.write_history == 0
+            && self.flags & (HOT_PREV | TOUCHED_EPOCH) == 0
+            && self.slot == NO_SLOT
     }
 
     /// Touched at least once (a later touch is a reuse).

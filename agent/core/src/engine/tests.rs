@@ -14,8 +14,13 @@ fn ms(n: u64) -> Duration {
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
+/// The defaults with the 50 ms counting interval these tests count their time in.
 fn cfg() -> EngineConfig {
-    EngineConfig::default()
+    EngineConfig {
+        interval_ms: 50,
+        retain_intervals: 512,
+        ..EngineConfig::default()
+    }
 }
 
 fn new_engine(config: EngineConfig) -> Engine {
@@ -179,6 +184,42 @@ fn damon_regions_spread_over_superpages_and_pages() {
 }
 
 #[test]
+fn records_at_rest_are_skipped_by_the_close_and_still_forgotten() {
+    let c = EngineConfig {
+        retain_intervals: 20,
+        top_n: 1,
+        ..cfg()
+    };
+    let mut e = new_engine(c);
+    e.observe_samples(&[Sample::load(0), Sample::load(SUPERPAGE_SIZE)], MS);
+    e.tick(50 * MS);
+    e.end_epoch(0);
+    // Superpage 1 stays warm; superpage 0 cools to zero and, once the epoch's counts and its
+    // domain history are gone, rests.
+    for i in 1..=12u64 {
+        e.observe_samples(&[Sample::load(SUPERPAGE_SIZE)], ms(i * 50 + 1));
+        e.tick(ms((i + 1) * 50));
+        e.end_epoch(0);
+    }
+    let rest = record(&e, 0);
+    assert!(rest.at_rest(), "{rest:?}");
+    assert!(!record(&e, SUPERPAGE_SIZE).at_rest());
+    e.tick(ms(14 * 50));
+    assert_eq!(
+        record(&e, 0),
+        rest,
+        "a close leaves a record at rest as it is"
+    );
+    // It is forgotten like any cold record once untouched for retain_intervals; the warm one
+    // keeps its stage-2 slot.
+    e.tick(ms(29 * 50));
+    e.observe_samples(&[Sample::load(SUPERPAGE_SIZE)], ms(29 * 50 + 1));
+    e.tick(ms(30 * 50));
+    assert!(e.stage1.find(0).is_none());
+    assert_ne!(record(&e, SUPERPAGE_SIZE).slot, NO_SLOT);
+}
+
+#[test]
 fn hot_set_statistics_follow_the_70_percent_rule() {
     let mut e = new_engine(EngineConfig { top_n: 1, ..cfg() });
     e.observe_samples(&[Sample::load(0)], MS);
@@ -194,11 +235,12 @@ fn hot_set_statistics_follow_the_70_percent_rule() {
     e.observe_samples(&s, 60 * MS);
     e.tick(100 * MS);
     let st = e.stats();
+    let pages = e.hot_page_stats();
     // 70 % of 200 = 140 → ten 10s and forty 1s; 110 touched pages.
-    assert_eq!(st.hot_subpages, 50);
-    assert_eq!(st.hot_set_bytes, 50 * PAGE_SIZE);
-    assert!((st.hot_page_pct - 100.0 * 50.0 / 110.0).abs() < 1e-9);
-    assert_eq!(st.hot_page_min_access, 1);
+    assert_eq!(pages.hot_subpages, 50);
+    assert_eq!(pages.hot_set_bytes, 50 * PAGE_SIZE);
+    assert!((pages.hot_page_pct - 100.0 * 50.0 / 110.0).abs() < 1e-9);
+    assert_eq!(pages.hot_page_min_access, 1);
     assert_eq!(st.hot_superpages, 1);
     assert_eq!((st.read_dominant, st.write_dominant), (1, 0));
 }

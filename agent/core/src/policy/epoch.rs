@@ -34,8 +34,9 @@ pub struct EpochConfig {
     /// moves that do not pay, reuse). Default 10.
     pub initial_ms: u64,
     /// Shortest epoch, ms. Default 10 (HeMem's migration interval, Kleio's epoch). The daemon
-    /// also keeps planning, all targets together, under 5 % of a core: a lone target whose plan
-    /// takes 5 ms plans at most every 100 ms.
+    /// also keeps planning, all targets together, under 5 % of a core in the long run: a lone
+    /// target whose plan takes 5 ms plans at most every 100 ms once a minute's worth of burst
+    /// is spent.
     pub min_ms: u64,
     /// Longest epoch, ms. Default 20000 (Memos' decision loop).
     pub max_ms: u64,

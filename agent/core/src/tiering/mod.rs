@@ -12,7 +12,9 @@ use std::time::Duration;
 use memtide_common::AccessSample;
 
 use crate::{
-    engine::{DamonObservation, Engine, EngineConfig, EngineStats, Observations, Sample},
+    engine::{
+        DamonObservation, Engine, EngineConfig, EngineStats, HotPageStats, Observations, Sample,
+    },
     policy::{CapacityView, PlacementView, Plan, Planner, PolicyConfig},
     units::{Granularity, SUPERPAGE_SIZE},
     validate::ConfigError,
@@ -155,6 +157,13 @@ impl Tiering {
         let mut stats = self.engine.stats();
         stats.memory_bytes = self.memory_bytes() as u64;
         stats
+    }
+
+    /// The hot set of the stage-2 superpages' pages (a walk of every stage-2 page: for logs and
+    /// reports, not for every epoch).
+    #[must_use]
+    pub fn hot_page_stats(&self) -> HotPageStats {
+        self.engine.hot_page_stats()
     }
 
     /// Heap bytes held between calls, engine and planner.

@@ -22,9 +22,18 @@ fn ms(n: u64) -> Duration {
 const GIB: u64 = 1 << 30;
 const MIB: u64 = 1 << 20;
 
+/// The defaults with the 50 ms counting interval these tests count their time in (the
+/// mechanisms they test do not depend on the interval's length).
+fn fifty_ms_intervals() -> TieringConfig {
+    let mut c = TieringConfig::default();
+    c.engine.interval_ms = 50;
+    c.engine.retain_intervals = 512;
+    c
+}
+
 /// A fixed one-second epoch: most tests drive 20 intervals of 50 ms per plan.
 fn cfg() -> TieringConfig {
-    let mut c = TieringConfig::default();
+    let mut c = fifty_ms_intervals();
     c.policy.epoch.adaptive = false;
     c.policy.epoch.initial_ms = 1000;
     c
@@ -377,7 +386,7 @@ fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
 
 #[test]
 fn epoch_shortens_for_a_shrinking_working_set() {
-    let mut c = TieringConfig::default();
+    let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 1600;
     let mut e = Tiering::new(c).unwrap();
     // Everything fast already: no moves, so no payback to hold the epoch (see
@@ -417,7 +426,7 @@ fn epoch_shortens_for_a_shrinking_working_set() {
 /// of the run), while the reuses seen in the epochs before still count.
 #[test]
 fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
-    let mut c = TieringConfig::default();
+    let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 100;
     let mut e = Tiering::new(c).unwrap();
     // Everything is already fast with room to spare: no moves, so no payback or ping-pong input.
@@ -458,7 +467,7 @@ fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
 /// Epoch changes of a sweep that touches one of `superpages` superpages per interval, in turn, with
 /// a fast tier of `fast_bytes` already holding everything it needs (so no move feeds the controller).
 fn epochs_of_a_cyclic_sweep(superpages: u64, fast_bytes: u64) -> Vec<(Duration, EpochChange)> {
-    let mut c = TieringConfig::default();
+    let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 100;
     let mut e = Tiering::new(c).unwrap();
     let mut model = TierModel::new(0, GIB, Tier::Fast, 2 * GIB);

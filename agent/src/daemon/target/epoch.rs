@@ -207,7 +207,7 @@ impl State {
             threshold_ns = plan.benefit_threshold_ns,
             stage2 = stats.stage2_superpages,
             hot_superpages = stats.hot_superpages,
-            hot_subpages = stats.hot_subpages,
+            hot_subpages = self.tiering.hot_page_stats().hot_subpages,
             regions = input.regions.len(),
             accessed_regions = input.regions.values().filter(|r| r.nr_accesses > 0).count(),
             samples = input.pages.len(),

@@ -24,7 +24,10 @@ fn mv(start: u64, len: u64, gran: Granularity, reason: MoveReason) -> PlannedMov
 
 #[test]
 fn a_heat_snapshot_judges_shifts_only_of_data_reused_within_it() {
-    let mut cfg = EngineConfig::default();
+    let mut cfg = EngineConfig {
+        interval_ms: 50,
+        ..EngineConfig::default()
+    };
     let ms = Duration::from_millis;
     // 50 ms intervals, heat halved at each: three intervals, 150 ms.
     assert!(snapshot_covers(&cfg, None));
