@@ -22,6 +22,12 @@ pub struct EngineConfig {
     pub cooling_shift: u32,
     /// Stage-2 cooling, applied after each plan has read the epoch's counts. Default 1.
     pub stage2_cooling_shift: u32,
+    /// Cooling waits until the hottest superpage (stage 1) or page (stage 2) holds this many
+    /// samples, the evidence a promotion needs (`[engine.policy.benefit] min_samples`): at a
+    /// PMU's sparse sampling, cooling on time alone forgets every sample before the next one
+    /// lands and nothing ever looks hot (HeMem cools by count for the same reason); with dense
+    /// samples it changes nothing. 0 cools on time alone. Default 3.
+    pub cool_after_samples: u32,
     /// Superpages given stage-2 counters each interval (Rainbow's N). Default 100.
     pub top_n: usize,
     /// Upper bound when N adapts to the fast tier's free capacity (one superpage per free 2 MiB,
@@ -53,6 +59,7 @@ impl Default for EngineConfig {
             write_weight: 2,
             cooling_shift: 1,
             stage2_cooling_shift: 1,
+            cool_after_samples: 3,
             top_n: 100,
             top_n_max: 1000,
             adapt_top_n: true,

@@ -201,6 +201,8 @@ pub struct Engine {
     /// costs no pass of its own. Views read the records as if the resets were done.
     epoch_end: Option<(u32, f64)>,
     intervals: u64,
+    /// The hottest record's cooled accesses at the last close, in read samples.
+    max_heat: u32,
     next_close: Option<Duration>,
     top_n: usize,
     /// Weights of the open interval (accesses, for the access rate), and of its read and write
@@ -233,6 +235,7 @@ impl Engine {
             read_write_ratio,
             epoch_end: None,
             intervals: 0,
+            max_heat: 0,
             next_close: None,
             top_n: config.top_n,
             interval_weight: 0,
@@ -407,11 +410,16 @@ impl Engine {
         let stamp = (self.intervals & 0xFFFF) as u16;
         self.intervals += u64::from(steps);
         self.update_units();
-        let (shift, ratio, ww) = (
-            self.cfg.cooling_shift,
-            self.read_write_ratio,
-            self.cfg.write_weight,
-        );
+        // Cooling forgets evidence, so it waits until the hottest superpage holds enough of it
+        // to act on: at a PMU's sparse sampling (a sample per superpage every few seconds)
+        // halving every interval would forget each sample before the next arrived, and no
+        // superpage would ever look hot. With dense samples it cools at every close.
+        let cooling = if self.max_heat >= self.cfg.cool_after_samples {
+            self.cfg.cooling_shift
+        } else {
+            0
+        };
+        let (shift, ratio, ww) = (cooling, self.read_write_ratio, self.cfg.write_weight);
         let factor = self.units.write_factor();
         let (mut rd, mut wd) = (0, 0);
         self.hist.clear();
@@ -420,6 +428,7 @@ impl Engine {
         let (closed, retain) = (self.last_closed_stamp(), self.cfg.retain_intervals);
         self.warm.clear();
         let mut n_dead = 0;
+        let mut max_heat = 0;
         for (idx, rec) in self.stage1.records_mut().iter_mut().enumerate() {
             // Most records of a large target: read, not written, so the walk does not dirty
             // the cache lines of 20 MiB of records at 1 TiB.
@@ -440,6 +449,7 @@ impl Engine {
                 self.reuse.record(g);
             }
             let weighted = rec.weighted(ww, factor);
+            max_heat = max_heat.max(rec.accesses(factor));
             self.hist.add(weighted);
             self.cover_hist.add(rec.accesses(factor));
             if weighted > 0 || rec.slot != NO_SLOT {
@@ -452,6 +462,7 @@ impl Engine {
                     && u32::from(closed.wrapping_sub(rec.last_touch)) > retain,
             );
         }
+        self.max_heat = max_heat;
         self.select_stage2(n_dead);
 
         let secs = self.cfg.interval().as_secs_f64() * f64::from(steps);
@@ -556,7 +567,10 @@ impl Engine {
             self.reuse.halve();
             self.reuse_halved_at = self.intervals;
         }
-        self.stage2.cool_all(self.cfg.stage2_cooling_shift);
+        // Like stage 1's, stage 2's cooling waits for evidence (see `close_intervals`).
+        if self.stage2.any_count_reaches(self.cfg.cool_after_samples) {
+            self.stage2.cool_all(self.cfg.stage2_cooling_shift);
+        }
         if self.cfg.adapt_top_n {
             let free = usize::try_from(free_superpages).unwrap_or(usize::MAX);
             self.top_n = free.clamp(self.cfg.top_n, self.cfg.top_n_max);

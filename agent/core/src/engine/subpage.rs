@@ -197,6 +197,11 @@ impl Stage2 {
         self.sps.len() - self.free.len()
     }
 
+    /// Whether any page's read or write count has reached `samples`.
+    pub(crate) fn any_count_reaches(&self, samples: u32) -> bool {
+        self.counters.iter().any(|&c| value(c) >= samples)
+    }
+
     pub(crate) fn cool_all(&mut self, shift: u32) {
         for c in &mut self.counters {
             *c = cool(*c, shift);

@@ -83,6 +83,52 @@ fn intervals_close_on_time_and_cool() {
 }
 
 #[test]
+fn sparse_samples_are_kept_until_one_superpage_holds_enough_to_act_on() {
+    // One sample every fourth interval, as a PMU's long period gives a lightly used superpage;
+    // its heat read after the close of each sample's interval.
+    let sparse = |cool_after_samples| {
+        let mut e = new_engine(EngineConfig {
+            cool_after_samples,
+            ..cfg()
+        });
+        let mut heats = Vec::new();
+        for k in 0..4u64 {
+            e.observe_samples(&[Sample::load(0)], ms(200 * k + 1));
+            e.tick(ms(200 * k + 50));
+            heats.push(record(&e, 0).heat_r);
+            for i in 2..=4 {
+                e.tick(ms(200 * k + 50 * i));
+            }
+        }
+        heats
+    };
+    // Cooling on time alone forgets each sample before the next arrives.
+    assert_eq!(sparse(0), [1, 1, 1, 1]);
+    // Waiting for evidence: the samples add up to the 3 a promotion needs, then cooling runs.
+    assert_eq!(sparse(3), [1, 2, 3, 2]);
+}
+
+#[test]
+fn stage2_keeps_sparse_page_counts_across_epochs_until_a_page_holds_enough() {
+    let counts_after_epoch_end = |cool_after_samples| {
+        let mut e = new_engine(EngineConfig {
+            cool_after_samples,
+            top_n: 1,
+            ..cfg()
+        });
+        e.observe_samples(&[Sample::load(0)], MS);
+        e.tick(50 * MS);
+        let slot = record(&e, 0).slot;
+        // Two samples on page 5 in stage 2, then the plan's epoch end.
+        e.observe_samples(&[Sample::load(5 * PAGE_SIZE); 2], 60 * MS);
+        e.end_epoch(0);
+        e.stage2.counters(slot).0[5]
+    };
+    assert_eq!(counts_after_epoch_end(0), 1);
+    assert_eq!(counts_after_epoch_end(3), 2);
+}
+
+#[test]
 fn write_weight_ranks_stage1_and_top_n_gets_stage2() {
     let c = EngineConfig {
         top_n: 2,

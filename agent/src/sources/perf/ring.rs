@@ -8,10 +8,11 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::sources::{Delivery, SampleRoute, SampleRouter};
 
-/// How often the ring is drained when the BPF side has not woken us (it batches wake-ups).
-/// Well under the shortest epoch (100 ms), and few enough wake-ups that an idle agent costs
-/// little.
-pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+/// How often the ring is drained when the BPF side has not woken us (it batches wake-ups):
+/// the engine's default counting interval (20 ms). Samples count in the interval they are
+/// drained in, so a longer timer would lump a lightly sampled target's samples into every
+/// second or third interval, and its reuse gaps and heat would move in steps of the timer.
+pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn drain(ring: &mut RingBuf<MapData>, router: &mut SampleRouter) {
     while let Some(record) = ring.next() {
