@@ -35,6 +35,16 @@ use super::{
 pub const LACKEY_RECORD_WEIGHT: u32 = 64;
 /// The fast-tier size of the real-program section besides the main matrix's.
 pub const REAL_SMALL_FAST: f64 = 0.1;
+/// One sample per this many records in the PMU-period section: on the corpus's weight of 16 or
+/// 32 accesses per record, a sample stands for 16 Ki to 32 Ki accesses, inside the 10^4 to
+/// 10^6 of PEBS and IBS periods in production (the rest of the suite samples 1 in 4).
+pub const PMU_SAMPLE_RATE: u32 = 1024;
+/// The samplers and the policies of the PMU-period section: memtide against the best baseline
+/// of the corpus and the best static granularity.
+pub(crate) const PMU_SAMPLERS: [SamplerName; 3] =
+    [SamplerName::Ideal, SamplerName::Pebs, SamplerName::Ibs];
+pub(crate) const PMU_POLICIES: [PolicyName; 3] =
+    [PolicyName::Memtide, PolicyName::Hemem, PolicyName::Static2m];
 /// Fixed epochs of the epoch sweep, ms.
 pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
 /// Fast shares of the BW-AWARE sweep.
@@ -57,6 +67,8 @@ enum Choice {
     Share(f64),
     /// memtide with its samples from this source, drawn with the suite's seed plus this.
     Sampled(SamplerName, u64),
+    /// A policy with its samples from this source at [`PMU_SAMPLE_RATE`].
+    Period(PolicyName, SamplerName),
 }
 
 /// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
@@ -71,6 +83,7 @@ impl Choice {
             Self::FixedEpoch(ms) => format!("epoch-{ms}ms"),
             Self::Share(f) => format!("f={f:.1}"),
             Self::Sampled(s, draw) => format!("memtide/{}/{draw}", s.name()),
+            Self::Period(p, s) => format!("{}/{}", p.name(), s.name()),
         }
     }
 }
@@ -91,7 +104,7 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
         .footprint
         .context("footprint measured before the jobs")?;
     Ok(match job.choice {
-        Choice::Named(p) => make_policy(
+        Choice::Named(p) | Choice::Period(p, _) => make_policy(
             p,
             &preset,
             &*job.trace,
@@ -252,6 +265,30 @@ impl Matrix<'_> {
         jobs.extend(self.preset_jobs());
         jobs.extend(self.sampler_jobs(traces));
         jobs.extend(self.real_jobs(real));
+        jobs.extend(self.period_jobs(real));
+        jobs
+    }
+
+    /// H: the real programs at PMU-scale sampling periods, at both fast-tier sizes.
+    fn period_jobs(&self, real: &[String]) -> Vec<Job> {
+        let sizes = [
+            ("periods-small", FastSize::Ratio(REAL_SMALL_FAST)),
+            ("periods", self.base.fast),
+        ];
+        let mut jobs = Vec::new();
+        for t in real {
+            for (section, fast) in sizes {
+                for sampler in PMU_SAMPLERS {
+                    for p in PMU_POLICIES {
+                        let choice = Choice::Period(p, sampler);
+                        let mut job = self.job(section, t, choice, (PresetName::Pmem, fast));
+                        job.cfg.sampler = sampler;
+                        job.cfg.sample_rate = PMU_SAMPLE_RATE;
+                        jobs.push(job);
+                    }
+                }
+            }
+        }
         jobs
     }
 

@@ -2,12 +2,14 @@
 //!
 //! The prose that does not depend on the runs lives beside this file (`intro.md`, `notes.md`);
 //! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
-//! tables and plots ([`tables`]), the real programs ([`real`]), and the diagnosis of where
-//! memtide falls short ([`diagnostics`]).
+//! tables and plots ([`tables`]), the real programs ([`real`]) and the same at PMU-scale
+//! sampling periods ([`periods`]), and the diagnosis of where memtide falls short
+//! ([`diagnostics`]).
 
 mod calibration;
 mod checks;
 mod diagnostics;
+mod periods;
 mod real;
 mod samplers;
 mod tables;
@@ -86,6 +88,7 @@ impl Report<'_> {
         self.bandwidth(&mut o, dir)?;
         self.other_presets(&mut o);
         self.samplers(&mut o);
+        self.pmu_periods(&mut o);
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
         o.push_str(&vm_comparison(&self.args.out, self.base)?);
