@@ -4,7 +4,8 @@
 //!
 //! One [`Engine`] per target process. Hotness is Rainbow's two-stage counting:
 //! - [`superpage`] (stage 1): a cooled, saturating read and write counter per touched 2 MiB
-//!   superpage, closed every counting interval, with Memos' read/write [`domain`] history;
+//!   superpage, closed every counting interval (`close.rs`), with Memos' read/write [`domain`]
+//!   history;
 //! - [`subpage`] (stage 2): per-4 KiB counters for the top-N superpages of the last interval;
 //! - [`hotset`]: the 70 %-coverage hot set and the top-N cut-off;
 //! - [`reuse`]: how long superpages go between touches (Doudali's reuse distance).
@@ -12,6 +13,7 @@
 //! What an epoch accumulates (stage-2 counts, epoch counts, hot-set membership) is reset by
 //! [`Engine::end_epoch`], which the caller runs after the planner has read the epoch.
 
+mod close;
 pub mod config;
 pub mod domain;
 pub mod hotset;
@@ -30,14 +32,13 @@ use serde::Serialize;
 
 pub use self::{config::EngineConfig, view::HotnessView};
 use self::{
-    domain::Domain,
-    hotset::{Coverage, Histogram},
+    hotset::Histogram,
     reuse::ReuseHistogram,
     subpage::Stage2,
     superpage::{NO_SLOT, Stage1},
 };
 use crate::{
-    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, SUPERPAGE_SIZE, subpage_index},
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT, subpage_index},
     validate::ConfigError,
 };
 
@@ -364,174 +365,6 @@ impl Engine {
             }
         }
         self.last = None;
-    }
-
-    /// Closes every counting interval that ended at or before `now`.
-    pub fn tick(&mut self, now: Duration) {
-        let interval = self.cfg.interval();
-        // Intervals are aligned to multiples of the interval length, so two engines fed the same
-        // observations close the same intervals whatever time their first sample came at.
-        let Some(next) = self.next_close else {
-            let k = u32::try_from(now.as_nanos() / interval.as_nanos()).unwrap_or(u32::MAX);
-            self.next_close = Some(interval * (k + 1));
-            return;
-        };
-        if now < next {
-            return;
-        }
-        let behind = (now - next).as_nanos() / interval.as_nanos();
-        let steps = u32::try_from(behind + 1).unwrap_or(u32::MAX);
-        self.close_intervals(steps);
-        self.next_close = Some(next + interval * steps);
-    }
-
-    /// The 16-bit stamp of the last closed interval, as records keep it in `last_touch`.
-    fn last_closed_stamp(&self) -> u16 {
-        (self.intervals.wrapping_sub(1) & 0xFFFF) as u16
-    }
-
-    /// The units of the interval being closed: its mean weight per read and per write sample
-    /// (kept from before when it had none of a kind).
-    fn update_units(&mut self) {
-        let mean = |(weight, samples): (u64, u64), last: f64| {
-            if samples == 0 {
-                last
-            } else {
-                weight as f64 / samples as f64
-            }
-        };
-        self.units.read = mean(self.interval_reads, self.units.read);
-        self.units.write = mean(self.interval_writes, self.units.write);
-        self.interval_reads = (0, 0);
-        self.interval_writes = (0, 0);
-    }
-
-    fn close_intervals(&mut self, steps: u32) {
-        let stamp = (self.intervals & 0xFFFF) as u16;
-        self.intervals += u64::from(steps);
-        self.update_units();
-        // Cooling forgets evidence, so it waits until the hottest superpage holds enough of it
-        // to act on: at a PMU's sparse sampling (a sample per superpage every few seconds)
-        // halving every interval would forget each sample before the next arrived, and no
-        // superpage would ever look hot. With dense samples it cools at every close.
-        let cooling = if self.max_heat >= self.cfg.cool_after_samples {
-            self.cfg.cooling_shift
-        } else {
-            0
-        };
-        let (shift, ratio, ww) = (cooling, self.read_write_ratio, self.cfg.write_weight);
-        let factor = self.units.write_factor();
-        let (mut rd, mut wd) = (0, 0);
-        self.hist.clear();
-        self.cover_hist.clear();
-        let epoch_end = self.epoch_end.take();
-        let (closed, retain) = (self.last_closed_stamp(), self.cfg.retain_intervals);
-        self.warm.clear();
-        let mut n_dead = 0;
-        let mut max_heat = 0;
-        for (idx, rec) in self.stage1.records_mut().iter_mut().enumerate() {
-            // Most records of a large target: read, not written, so the walk does not dirty
-            // the cache lines of 20 MiB of records at 1 TiB.
-            if rec.at_rest() {
-                n_dead += usize::from(u32::from(closed.wrapping_sub(rec.last_touch)) > retain);
-                continue;
-            }
-            if let Some((cutoff, at_plan)) = epoch_end {
-                rec.end_epoch(cutoff, at_plan);
-            }
-            let (domain, gap) = rec.close(shift, steps, stamp, (ratio, factor));
-            match domain {
-                Domain::ReadDominant => rd += 1,
-                Domain::WriteDominant => wd += 1,
-                Domain::Cold => {}
-            }
-            if let Some(g) = gap {
-                self.reuse.record(g);
-            }
-            let weighted = rec.weighted(ww, factor);
-            max_heat = max_heat.max(rec.accesses(factor));
-            self.hist.add(weighted);
-            self.cover_hist.add(rec.accesses(factor));
-            if weighted > 0 || rec.slot != NO_SLOT {
-                self.warm.push(idx as u32);
-            }
-            // A record cooled to zero loses its stage-2 slot in `select_stage2`, if it held one.
-            n_dead += usize::from(
-                rec.heat_r == 0
-                    && rec.heat_w == 0
-                    && u32::from(closed.wrapping_sub(rec.last_touch)) > retain,
-            );
-        }
-        self.max_heat = max_heat;
-        self.select_stage2(n_dead);
-
-        let secs = self.cfg.interval().as_secs_f64() * f64::from(steps);
-        let rate = self.interval_weight as f64 / secs;
-        let a = self.cfg.rate_smoothing;
-        self.access_rate = if self.intervals == u64::from(steps) {
-            rate
-        } else {
-            a * rate + (1.0 - a) * self.access_rate
-        };
-        self.interval_weight = 0;
-        self.update_hot_stats(rd, wd);
-    }
-
-    /// Gives the top-N superpages stage-2 counters (the histogram holds weighted heats), then
-    /// forgets the records that are cold, outside stage 2 and untouched for `retain_intervals`
-    /// once they are a quarter of all (`n_dead`, counted by the close). Only the records the
-    /// close found warm or holding a slot (`warm`, in record order, so ties at the cut-off
-    /// fall as they would over all records) can gain or lose one: a large target whose
-    /// superpages are mostly cooled to zero pays for its warm ones.
-    fn select_stage2(&mut self, n_dead: usize) {
-        let (cutoff, mut ties) = self.hist.top(self.top_n);
-        let (ww, factor) = (self.cfg.write_weight, self.units.write_factor());
-        self.needs_slot.clear();
-        for &idx in &self.warm {
-            let rec = self.stage1.get_mut(idx as usize);
-            let h = rec.weighted(ww, factor).min(u32::from(u16::MAX));
-            let selected = h > cutoff || (h == cutoff && h > 0 && ties > 0);
-            if h == cutoff && selected {
-                ties -= 1;
-            }
-            if selected && rec.slot == NO_SLOT {
-                self.needs_slot.push(idx);
-            } else if !selected && rec.slot != NO_SLOT {
-                self.stage2.release(rec.slot);
-                rec.slot = NO_SLOT;
-            }
-        }
-        // Slots are handed out once every deselected superpage has freed its own.
-        for &idx in &self.needs_slot {
-            let rec = self.stage1.get_mut(idx as usize);
-            rec.slot = self.stage2.allocate(rec.sp);
-        }
-        // Compacting re-indexes everything, so wait until it frees a quarter of the records.
-        if n_dead > 0 && n_dead * 4 >= self.stage1.len() {
-            let (stamp, retain) = (self.last_closed_stamp(), self.cfg.retain_intervals);
-            self.stage1.retain(|r| {
-                r.heat_r != 0
-                    || r.heat_w != 0
-                    || r.slot != NO_SLOT
-                    || u32::from(stamp.wrapping_sub(r.last_touch)) <= retain
-            });
-            self.last = None;
-        }
-    }
-
-    fn update_hot_stats(&mut self, rd: u64, wd: u64) {
-        let sp: Coverage = self.cover_hist.cover(self.cfg.hot_coverage);
-        self.hot_cutoff = sp.min_count;
-        let s = &mut self.stats;
-        s.intervals = self.intervals;
-        s.touched_superpages = self.stage1.len() as u64;
-        s.stage2_superpages = self.stage2.live() as u64;
-        s.top_n = self.top_n as u64;
-        s.hot_superpages = sp.units;
-        s.hot_superpage_bytes = sp.units * SUPERPAGE_SIZE;
-        s.read_dominant = rd;
-        s.write_dominant = wd;
-        s.access_rate = self.access_rate;
     }
 
     /// What the planner reads: the hotness as of the last closed interval. Call [`Self::tick`]
