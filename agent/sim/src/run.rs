@@ -37,6 +37,16 @@ pub enum FastSize {
     Bytes(u64),
 }
 
+/// As the report's tables name it: "10 %" of the footprint, or "512 MiB".
+impl std::fmt::Display for FastSize {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Ratio(r) => write!(f, "{:.0} %", r * 100.0),
+            Self::Bytes(b) => write!(f, "{} MiB", b >> 20),
+        }
+    }
+}
+
 /// Replay parameters.
 #[derive(Clone, Debug)]
 pub struct SimConfig {

@@ -57,7 +57,7 @@ impl Engine {
         // to act on: at a PMU's sparse sampling (a sample per superpage every few seconds)
         // halving every interval would forget each sample before the next arrived, and no
         // superpage would ever look hot. With dense samples it cools at every close.
-        let cooling = if self.max_heat >= self.cfg.cool_after_samples {
+        let cooling = if self.cover_hist.max() >= self.cfg.cool_after_samples {
             self.cfg.cooling_shift
         } else {
             0
@@ -71,7 +71,6 @@ impl Engine {
         let (closed, retain) = (self.last_closed_stamp(), self.cfg.retain_intervals);
         self.warm.clear();
         let mut n_dead = 0;
-        let mut max_heat = 0;
         for (idx, rec) in self.stage1.records_mut().iter_mut().enumerate() {
             // Most records of a large target: read, not written, so the walk does not dirty
             // the cache lines of 20 MiB of records at 1 TiB.
@@ -92,7 +91,6 @@ impl Engine {
                 self.reuse.record(g);
             }
             let weighted = rec.weighted(ww, factor);
-            max_heat = max_heat.max(rec.accesses(factor));
             self.hist.add(weighted);
             self.cover_hist.add(rec.accesses(factor));
             if weighted > 0 || rec.slot != NO_SLOT {
@@ -105,7 +103,6 @@ impl Engine {
                     && u32::from(closed.wrapping_sub(rec.last_touch)) > retain,
             );
         }
-        self.max_heat = max_heat;
         self.select_stage2(n_dead);
 
         let secs = self.cfg.interval().as_secs_f64() * f64::from(steps);

@@ -64,6 +64,11 @@ impl Histogram {
         }
     }
 
+    /// The largest count added since the last clear (0 when none), capped at the exact range.
+    pub(crate) fn max(&self) -> u32 {
+        self.used as u32
+    }
+
     fn in_use(&self) -> &[u32] {
         &self.buckets[..=self.used]
     }
@@ -180,6 +185,7 @@ mod tests {
         assert_eq!(reused.cover(0.7), fresh.cover(0.7));
         assert_eq!(reused.top(2), fresh.top(2));
         assert_eq!(reused.top(10), fresh.top(10));
+        assert_eq!((reused.max(), fresh.max()), (9, 9));
         assert_eq!(
             reused.cover(1.0).total,
             18,

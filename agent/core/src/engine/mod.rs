@@ -186,7 +186,8 @@ pub struct Engine {
     /// Stage-1 weighted heats (the top-N cut-off).
     hist: Histogram,
     /// Stage-1 accesses (the superpage hot set), filled in the same pass over the records as
-    /// `hist`'s heats: one walk of 20 MiB fewer per interval at 1 TiB.
+    /// `hist`'s heats: one walk of 20 MiB fewer per interval at 1 TiB. Its largest count, read
+    /// before the next close clears it, gates cooling.
     cover_hist: Histogram,
     /// Records the last close left warm or holding a stage-2 slot, and those of them selected
     /// for stage 2 that wait for a slot (scratch of `select_stage2`).
@@ -202,8 +203,6 @@ pub struct Engine {
     /// costs no pass of its own. Views read the records as if the resets were done.
     epoch_end: Option<(u32, f64)>,
     intervals: u64,
-    /// The hottest record's cooled accesses at the last close, in read samples.
-    max_heat: u32,
     next_close: Option<Duration>,
     top_n: usize,
     /// Weights of the open interval (accesses, for the access rate), and of its read and write
@@ -236,7 +235,6 @@ impl Engine {
             read_write_ratio,
             epoch_end: None,
             intervals: 0,
-            max_heat: 0,
             next_close: None,
             top_n: config.top_n,
             interval_weight: 0,

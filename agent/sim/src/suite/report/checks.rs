@@ -17,8 +17,8 @@ impl Report<'_> {
     /// How to regenerate the page, and what the runs were.
     pub(super) fn setup(&self, o: &mut String) {
         let fast = match self.base.fast {
-            FastSize::Ratio(r) => format!("{:.0} % of each trace's footprint", r * 100.0),
-            FastSize::Bytes(b) => format!("{} MiB", b >> 20),
+            FastSize::Ratio(_) => format!("{} of each trace's footprint", self.base.fast),
+            FastSize::Bytes(_) => self.base.fast.to_string(),
         };
         o.push_str(&super::fill(
             SETUP,

@@ -19,13 +19,12 @@ impl Report<'_> {
         if self.real.is_empty() {
             return;
         }
-        let main_fast = match self.base.fast {
-            FastSize::Ratio(r) => format!("{:.0} %", r * 100.0),
-            FastSize::Bytes(b) => format!("{} MiB", b >> 20),
-        };
         let sizes = [
-            ("periods-small", format!("{:.0} %", REAL_SMALL_FAST * 100.0)),
-            ("periods", main_fast),
+            (
+                "periods-small",
+                FastSize::Ratio(REAL_SMALL_FAST).to_string(),
+            ),
+            ("periods", self.base.fast.to_string()),
         ];
         let mut tables = String::new();
         for (section, fast) in &sizes {

@@ -30,12 +30,8 @@ impl Report<'_> {
             return;
         }
         o.push_str(REAL);
-        let main_fast = match self.base.fast {
-            FastSize::Ratio(r) => format!("{:.0} %", r * 100.0),
-            FastSize::Bytes(b) => format!("{} MiB", b >> 20),
-        };
-        let small = format!("{:.0} %", REAL_SMALL_FAST * 100.0);
-        for (section, fast) in [("real-small", small), ("main", main_fast)] {
+        let small = FastSize::Ratio(REAL_SMALL_FAST).to_string();
+        for (section, fast) in [("real-small", small), ("main", self.base.fast.to_string())] {
             self.real_table(o, section, &fast);
         }
     }
