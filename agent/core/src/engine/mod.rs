@@ -378,6 +378,7 @@ impl Engine {
             access_rate: self.access_rate,
             units: self.units,
             interval_stamp: self.last_closed_stamp(),
+            intervals_closed: self.intervals,
             epoch_end: self.epoch_end,
         }
     }

@@ -24,6 +24,9 @@ pub struct HotnessView<'a> {
     pub units: Units,
     /// Stamp of the last closed interval (what records' `last_touch` is compared with).
     pub interval_stamp: u16,
+    /// Counting intervals closed since the engine started: a planner that saw the same number
+    /// at its last plan reads the same stage-1 counts again.
+    pub intervals_closed: u64,
     /// See `Engine::epoch_end`: resets not yet applied to the records, with this cut-off.
     pub(super) epoch_end: Option<(u32, f64)>,
 }

@@ -12,7 +12,11 @@
 //!    for them lost, came to less than their copy cost → longer;
 //! 3. the working set shrank, or the hot set shifted → shorter, unless the last payback
 //!    measured fell short (then hold);
-//! 4. never shorter than the median sampled reuse time, the side of the dip that works. Only
+//! 4. otherwise, last plan's moves paid back → shorter: a lengthening lasts only while the moves
+//!    keep failing to pay, so the epoch settles at the shortest length at which they pay
+//!    instead of keeping the longest any burst of unpaid moves reached (the data a paying move
+//!    brought in would have paid from an epoch sooner);
+//! 5. never shorter than the median sampled reuse time, the side of the dip that works. Only
 //!    reuses the fast tier can bridge count: one after longer than the workload takes to touch a
 //!    fast tier's worth of other superpages finds its data evicted whatever the epoch. The reuse
 //!    histogram halves at each plan rather than restarting, so one epoch's burst of long gaps
@@ -151,6 +155,8 @@ pub enum EpochChange {
     LongerReuse,
     ShorterShrinking,
     ShorterShifting,
+    /// The last plan's moves paid back and nothing else spoke: a step back towards the shortest.
+    ShorterPaid,
 }
 
 #[derive(Clone, Debug)]
@@ -210,6 +216,8 @@ impl EpochController {
             (cur / cfg.step, EpochChange::ShorterShrinking)
         } else if i.jaccard.is_some_and(|j| j < cfg.shift_jaccard) {
             (cur / cfg.step, EpochChange::ShorterShifting)
+        } else if paid {
+            (cur / cfg.step, EpochChange::ShorterPaid)
         } else {
             (cur, EpochChange::Hold)
         };
@@ -262,13 +270,51 @@ mod tests {
         };
         assert_eq!(c.update(&cfg, &pay), EpochChange::LongerPayback);
         assert_eq!(c.current(), Duration::from_secs(8));
-        // At exactly the bound, no oscillation.
+        // At exactly the bound, no oscillation, and moves that paid exactly: a step back.
         let edge = EpochInputs {
             pingpong_share: 0.05,
             payback: Some(1.0),
             ..EpochInputs::default()
         };
-        assert_eq!(c.update(&cfg, &edge), EpochChange::Hold);
+        assert_eq!(c.update(&cfg, &edge), EpochChange::ShorterPaid);
+        assert_eq!(c.current(), Duration::from_secs(4));
+    }
+
+    #[test]
+    fn paying_moves_step_the_epoch_back_to_the_shortest_above_the_reuse_floor() {
+        let cfg = EpochConfig::default();
+        let mut c = ctl(20);
+        let unpaid = EpochInputs {
+            payback: Some(0.5),
+            ..EpochInputs::default()
+        };
+        let paid = EpochInputs {
+            payback: Some(4.0),
+            ..EpochInputs::default()
+        };
+        // A burst of moves that did not pay lengthens; the lengthening lasts only as long as
+        // they keep failing.
+        for _ in 0..3 {
+            assert_eq!(c.update(&cfg, &unpaid), EpochChange::LongerPayback);
+        }
+        assert_eq!(c.current(), Duration::from_millis(160));
+        for ms in [80, 40, 20, 10] {
+            assert_eq!(c.update(&cfg, &paid), EpochChange::ShorterPaid);
+            assert_eq!(c.current(), Duration::from_millis(ms));
+        }
+        assert_eq!(c.update(&cfg, &paid), EpochChange::ShorterPaid);
+        assert_eq!(c.current(), Duration::from_millis(cfg.min_ms));
+        // Nothing promoted (no payback): the epoch holds where it is.
+        let mut c = ctl(80);
+        assert_eq!(c.update(&cfg, &EpochInputs::default()), EpochChange::Hold);
+        assert_eq!(c.current(), Duration::from_millis(80));
+        // Paying moves do not take the epoch under the reuse the fast tier bridges.
+        let paid_with_reuse = EpochInputs {
+            reuse_median: Some(Duration::from_millis(60)),
+            ..paid
+        };
+        assert_eq!(c.update(&cfg, &paid_with_reuse), EpochChange::ShorterPaid);
+        assert_eq!(c.current(), Duration::from_millis(60));
     }
 
     #[test]
@@ -301,17 +347,18 @@ mod tests {
     }
 
     #[test]
-    fn paid_oscillation_holds_and_unpaid_moves_hold_against_shortening() {
+    fn paid_oscillation_shortens_and_unpaid_moves_hold_against_shortening() {
         let cfg = EpochConfig::default();
         let mut c = ctl(400);
-        // Ping-pong that paid for itself (a sweep promoted and demoted by design): no change.
+        // Ping-pong that paid for itself (a sweep promoted and demoted by design) is no
+        // oscillation to wait out: the moves paid, so a step back.
         let paid_pingpong = EpochInputs {
             pingpong_share: 0.5,
             payback: Some(3.0),
             ..EpochInputs::default()
         };
-        assert_eq!(c.update(&cfg, &paid_pingpong), EpochChange::Hold);
-        assert_eq!(c.current(), Duration::from_millis(400));
+        assert_eq!(c.update(&cfg, &paid_pingpong), EpochChange::ShorterPaid);
+        assert_eq!(c.current(), Duration::from_millis(200));
         // Moves that did not pay: longer, and a shrinking working set seen while no later plan
         // promoted anything (no payback measured) does not shorten it again.
         let unpaid = EpochInputs {
@@ -325,7 +372,7 @@ mod tests {
             ..EpochInputs::default()
         };
         assert_eq!(c.update(&cfg, &shrinking), EpochChange::HoldUnpaid);
-        assert_eq!(c.current(), Duration::from_millis(800));
+        assert_eq!(c.current(), Duration::from_millis(400));
         // Once a plan's moves pay again, shrinking shortens.
         let paid_shrinking = EpochInputs {
             payback: Some(2.0),
@@ -335,7 +382,7 @@ mod tests {
             c.update(&cfg, &paid_shrinking),
             EpochChange::ShorterShrinking
         );
-        assert_eq!(c.current(), Duration::from_millis(400));
+        assert_eq!(c.current(), Duration::from_millis(200));
     }
 
     #[test]

@@ -870,6 +870,15 @@ fn a_cold_superpage_makes_room_for_a_group_of_hot_chunks() {
 /// which the promoted chunks stay hot and the evicted superpage is, or is not, used as much
 /// per page. Returns the second plan.
 fn plan_after_swap(evicted_stays_warm: bool) -> Plan {
+    plan_after_swap_and(evicted_stays_warm, |_, _| {})
+}
+
+/// As [`plan_after_swap`], with `between` run (on the engine and the model) right after the
+/// swap is applied.
+fn plan_after_swap_and(
+    evicted_stays_warm: bool,
+    between: impl FnOnce(&mut Tiering, &mut TierModel),
+) -> Plan {
     let mut c = cfg();
     c.policy.epoch.adaptive = true;
     let (mut e, mut model) = fast_tier_full_of_superpage_0(c);
@@ -900,6 +909,7 @@ fn plan_after_swap(evicted_stays_warm: bool) -> Plan {
         first.moves
     );
     model.apply(&first);
+    between(&mut e, &mut model);
 
     // One sample per page and counting interval, up to the plan, so both superpages keep their
     // stage-2 counters.
@@ -930,4 +940,24 @@ fn a_swap_that_evicted_equally_warm_data_does_not_pay_back() {
     let p = plan_after_swap(false);
     assert_ne!(p.epoch_change, EpochChange::LongerPayback, "{p:?}");
     assert_eq!(p.benefit_threshold_ns, 0.0, "{p:?}");
+}
+
+#[test]
+fn a_plan_before_the_next_interval_close_learns_nothing_and_leaves_the_swap_to_be_judged() {
+    // 10 ms after the swap no counting interval has closed: the epoch's counts are still
+    // empty, which judged as they are would say the swap realised nothing.
+    for evicted_stays_warm in [true, false] {
+        let p = plan_after_swap_and(evicted_stays_warm, |e, model| {
+            let between = e.plan(1010 * MS, &*model, &model.capacity());
+            assert_eq!(between.epoch_change, EpochChange::Hold, "{between:?}");
+            assert_eq!(between.benefit_threshold_ns, 0.0, "{between:?}");
+            model.apply(&between);
+        });
+        // The swap is judged at the next plan after a close, as without the plan between.
+        assert_eq!(
+            p.epoch_change == EpochChange::LongerPayback,
+            evicted_stays_warm,
+            "{p:?}"
+        );
+    }
 }

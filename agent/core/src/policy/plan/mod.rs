@@ -148,6 +148,8 @@ pub struct Planner {
     last_capacity_bound: bool,
     prev_touched: Option<u64>,
     retention: learn::Retention,
+    /// The engine's closed intervals when the planner last learned from an epoch.
+    learned_through: Option<u64>,
 }
 
 impl Planner {
@@ -166,6 +168,7 @@ impl Planner {
             last_capacity_bound: false,
             prev_touched: None,
             retention: learn::Retention::default(),
+            learned_through: None,
             cfg,
         }
     }
@@ -242,7 +245,18 @@ impl Planner {
             k2: engine.stage2_per_epoch(),
         };
 
-        let epoch_change = self.learn(hot, &costs, cap);
+        // Stage 1 takes in counts only at an interval close. An epoch shorter than the interval
+        // can end before one: its plan reads the counts the last plan read, and the epoch's own
+        // (superpages touched, the payback's accesses) are still empty, which would read as
+        // moves that realised nothing. It learns nothing; its moves are judged with the last
+        // plan's, at the next plan that follows a close.
+        let learns = self.learned_through != Some(hot.intervals_closed);
+        let epoch_change = if learns {
+            self.learned_through = Some(hot.intervals_closed);
+            self.learn(hot, &costs, cap)
+        } else {
+            EpochChange::Hold
+        };
         let costs = self.costs(cap);
         let pc = &self.cfg;
         self.marks.prune(
@@ -300,7 +314,7 @@ impl Planner {
             room_left,
             swapped,
         } = selection.finish();
-        let pingpong = self.record_moves(&out.moves, &costs, epoch);
+        let pingpong = self.record_moves(&out.moves, &costs, epoch, learns);
         self.last_capacity_bound = swapped || (room_left <= 0 && out.promote_bytes < would_promote);
         let moves = out.moves.iter().map(|m| m.mv).collect();
         Plan {
@@ -350,12 +364,23 @@ impl Planner {
 
     /// Records this plan's moves for the next epochs: the ping-pong bytes they reverse (returned),
     /// the promotions and evictions the payback will judge, and the move marks the hysteresis
-    /// reads.
-    fn record_moves(&mut self, moves: &[Accepted], costs: &CostModel, epoch: u64) -> u64 {
+    /// reads. A plan that learned nothing (`judged_now` false) adds its moves to the last
+    /// plan's, to be judged together.
+    fn record_moves(
+        &mut self,
+        moves: &[Accepted],
+        costs: &CostModel,
+        epoch: u64,
+        judged_now: bool,
+    ) -> u64 {
         let window = self.cfg.benefit.pingpong_window_epochs;
         let mut pingpong = 0;
         let mut moved = 0;
-        self.last_judged.clear();
+        if judged_now {
+            self.last_judged.clear();
+            self.last_moved = 0;
+            self.last_pingpong = 0;
+        }
         let pages_of =
             |mv: &PlannedMove| page_bits(subpage_index(mv.start), (mv.len >> PAGE_SHIFT) as usize);
         for m in moves {
@@ -398,8 +423,8 @@ impl Planner {
                 epoch,
             );
         }
-        self.last_moved = moved;
-        self.last_pingpong = pingpong;
+        self.last_moved += moved;
+        self.last_pingpong += pingpong;
         pingpong
     }
 
