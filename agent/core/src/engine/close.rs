@@ -75,7 +75,7 @@ impl Engine {
             // Most records of a large target: read, not written, so the walk does not dirty
             // the cache lines of 20 MiB of records at 1 TiB.
             if rec.at_rest() {
-                n_dead += usize::from(u32::from(closed.wrapping_sub(rec.last_touch)) > retain);
+                n_dead += usize::from(rec.untouched_beyond(closed, retain));
                 continue;
             }
             if let Some((cutoff, at_plan)) = epoch_end {
@@ -97,11 +97,7 @@ impl Engine {
                 self.warm.push(idx as u32);
             }
             // A record cooled to zero loses its stage-2 slot in `select_stage2`, if it held one.
-            n_dead += usize::from(
-                rec.heat_r == 0
-                    && rec.heat_w == 0
-                    && u32::from(closed.wrapping_sub(rec.last_touch)) > retain,
-            );
+            n_dead += usize::from(rec.cold_beyond(closed, retain));
         }
         self.select_stage2(n_dead);
 
@@ -149,12 +145,8 @@ impl Engine {
         // Compacting re-indexes everything, so wait until it frees a quarter of the records.
         if n_dead > 0 && n_dead * 4 >= self.stage1.len() {
             let (stamp, retain) = (self.last_closed_stamp(), self.cfg.retain_intervals);
-            self.stage1.retain(|r| {
-                r.heat_r != 0
-                    || r.heat_w != 0
-                    || r.slot != NO_SLOT
-                    || u32::from(stamp.wrapping_sub(r.last_touch)) <= retain
-            });
+            self.stage1
+                .retain(|r| r.slot != NO_SLOT || !r.cold_beyond(stamp, retain));
             self.last = None;
         }
     }

@@ -90,6 +90,17 @@ impl SuperpageRecord {
             && self.slot == NO_SLOT
     }
 
+    /// Untouched for more than `retain` intervals as of the interval stamped `closed`.
+    pub(crate) fn untouched_beyond(&self, closed: u16, retain: u32) -> bool {
+        u32::from(closed.wrapping_sub(self.last_touch)) > retain
+    }
+
+    /// Cooled to zero and untouched beyond `retain` intervals: forgotten at the next compaction
+    /// once it holds no stage-2 slot.
+    pub(crate) fn cold_beyond(&self, closed: u16, retain: u32) -> bool {
+        self.heat_r == 0 && self.heat_w == 0 && self.untouched_beyond(closed, retain)
+    }
+
     /// Touched at least once (a later touch is a reuse).
     pub(crate) fn seen(&self) -> bool {
         self.flags & SEEN != 0

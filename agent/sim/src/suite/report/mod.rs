@@ -14,7 +14,7 @@ mod real;
 mod samplers;
 mod tables;
 
-use std::{collections::BTreeMap, path::Path};
+use std::{collections::BTreeMap, fmt::Write as _, path::Path};
 
 use super::{Results, SimConfig, SuiteArgs};
 use crate::{
@@ -110,6 +110,17 @@ fn geomean(v: impl IntoIterator<Item = f64>) -> f64 {
     } else {
         (s / f64::from(n)).exp()
     }
+}
+
+/// A markdown table's header row and its separator, one column per item of `columns`.
+fn table_header<T: std::fmt::Display>(o: &mut String, columns: impl IntoIterator<Item = T>) {
+    let mut separator = String::from("|");
+    o.push('|');
+    for column in columns {
+        let _ = write!(o, " {column} |");
+        separator.push_str("---|");
+    }
+    let _ = writeln!(o, "\n{separator}");
 }
 
 /// `template` with each `{key}` replaced by its value. A placeholder left without a value is

@@ -90,15 +90,11 @@ impl Report<'_> {
 
     fn period_table(&self, o: &mut String, section: &str, fast: &str) {
         let _ = writeln!(o, "### Fast tier {fast} of each footprint\n");
-        o.push_str("| trace | sampler | samples |");
-        for p in PMU_POLICIES {
-            let _ = write!(o, " {} |", p.name());
-        }
-        o.push_str("\n|---|---|---|");
-        for _ in PMU_POLICIES {
-            o.push_str("---|");
-        }
-        o.push('\n');
+        let policies = PMU_POLICIES.iter().map(|p| p.name());
+        super::table_header(
+            o,
+            ["trace", "sampler", "samples"].into_iter().chain(policies),
+        );
         for t in &self.real {
             for s in PMU_SAMPLERS {
                 let samples = self

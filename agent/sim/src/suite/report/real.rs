@@ -39,17 +39,16 @@ impl Report<'_> {
     fn real_table(&self, o: &mut String, section: &str, fast: &str) {
         let run = |t: &str, p: PolicyName| self.get(section, t, p.name());
         let _ = writeln!(o, "### Fast tier {fast} of each footprint\n");
-        o.push_str("| trace | footprint MiB | records | record weight | memtide |");
-        for p in BASELINES.iter().chain(&STATICS) {
-            let _ = write!(o, " {} |", p.name());
-        }
-        o.push_str(
-            " best baseline | memtide vs best | hit / bound | verdict |\n|---|---|---|---|---|",
-        );
-        for _ in BASELINES.iter().chain(&STATICS) {
-            o.push_str("---|");
-        }
-        o.push_str("---|---|---|---|\n");
+        let leading = [
+            "trace",
+            "footprint MiB",
+            "records",
+            "record weight",
+            "memtide",
+        ];
+        let trailing = ["best baseline", "memtide vs best", "hit / bound", "verdict"];
+        let policies = BASELINES.iter().chain(&STATICS).map(|p| p.name());
+        super::table_header(o, leading.into_iter().chain(policies).chain(trailing));
         let mut every_trace = true;
         let mut hit_shares = Vec::new();
         for t in &self.real {

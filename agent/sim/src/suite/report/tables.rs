@@ -18,15 +18,10 @@ impl Report<'_> {
     pub(super) fn main_matrix(&self, o: &mut String) {
         let cols = PolicyName::ALL;
         let header = |o: &mut String, first: &str| {
-            let _ = write!(o, "| {first} |");
-            for p in cols {
-                let _ = write!(o, " {} |", p.name());
-            }
-            o.push_str("\n|---|");
-            for _ in cols {
-                o.push_str("---|");
-            }
-            o.push('\n');
+            super::table_header(
+                o,
+                std::iter::once(first).chain(cols.iter().map(|p| p.name())),
+            );
         };
         type Cell = fn(&SimResult) -> String;
         let tables: [(&str, Cell); 4] = [
