@@ -163,7 +163,8 @@ fn distinct(rng: &mut SplitMix64, k: u64, n: u64) -> Vec<u64> {
 }
 
 /// A two-tier placement model: every page of `[base, base + footprint)` is mapped, initially in
-/// `initial`; plans are applied page by page.
+/// `initial`; plans are applied page by page. It maps 4 KiB pages only, unless built
+/// [`TierModel::with_thp`].
 #[derive(Clone, Debug)]
 pub struct TierModel {
     base: u64,
@@ -172,6 +173,7 @@ pub struct TierModel {
     sps: BTreeMap<u64, Residency>,
     fast_total: u64,
     fast_used: u64,
+    thp_always: bool,
 }
 
 impl TierModel {
@@ -185,7 +187,16 @@ impl TierModel {
             sps: BTreeMap::new(),
             fast_total,
             fast_used,
+            thp_always: false,
         }
+    }
+
+    /// The same model under THP `always`: every superpage starts as a huge page, and the
+    /// planner, told nothing about which ones a move has split, presumes.
+    #[must_use]
+    pub fn with_thp(mut self) -> Self {
+        self.thp_always = true;
+        self
     }
 
     fn mapped(&self, page: u64) -> bool {
@@ -268,6 +279,11 @@ impl PlacementView for TierModel {
                 r
             }
         }
+    }
+
+    /// 4 KiB pages only; under THP `always` it cannot tell, as the daemon cannot.
+    fn huge_mapped(&self, _superpage: u64) -> Option<bool> {
+        (!self.thp_always).then_some(false)
     }
 
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {

@@ -535,6 +535,11 @@ impl PlacementView for TierModel {
         }
     }
 
+    fn huge_mapped(&self, superpage: u64) -> Option<bool> {
+        self.find(superpage / SUPERPAGE_SIZE)
+            .map(|idx| self.sps[idx].huge)
+    }
+
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
         let mut keys: Vec<u64> = self
             .sps
@@ -593,6 +598,7 @@ mod tests {
         // 4 KiB promote: one op, a split, two shootdowns.
         assert_eq!(m.migrate(8192, 4096, Tier::Fast, 4096, 0), 4096);
         assert!(!m.superpage(0).huge);
+        assert_eq!(m.huge_mapped(0), Some(false));
         assert_eq!(m.migrations.shootdowns, 2);
         assert_eq!(m.migrations.ops[0][0], 1);
         // Already there: nothing.
@@ -603,6 +609,8 @@ mod tests {
             511 * 4096
         );
         assert!(m.superpage(0).huge);
+        assert_eq!(m.huge_mapped(0), Some(true));
+        assert_eq!(m.huge_mapped(SUPERPAGE_SIZE), None);
         assert_eq!(m.migrations.ops[2][0], 1);
         // Demote back within the window: 512 ping-pong pages.
         m.migrate(0, SUPERPAGE_SIZE, Tier::Slow, SUPERPAGE_SIZE, 100);

@@ -78,6 +78,7 @@ pub fn engine_config(preset: &Preset) -> TieringConfig {
     b.migrate_op_ns = preset.shootdown_ns;
     b.migrate_page_ns = preset.copy_ns(PAGE_SIZE);
     b.writeback_page_ns = preset.copy_ns(PAGE_SIZE);
+    b.split_access_ns = preset.tlb_4k_ns;
     cfg.policy.bandwidth.fast_gbps = preset.fast_gbps;
     cfg.policy.bandwidth.slow_gbps = preset.slow_gbps;
     cfg

@@ -20,7 +20,8 @@ pub struct EngineConfig {
     /// Stage-1 cooling: counters are shifted right by this many bits at each interval close
     /// (1 = halve; 16 or more = reset, Rainbow's per-interval counts). Default 1.
     pub cooling_shift: u32,
-    /// Stage-2 cooling, applied after each plan has read the epoch's counts. Default 1.
+    /// Stage-2 cooling, applied after a plan has read the epoch's counts, at most once per
+    /// counting interval (plans closer together than the interval share one). Default 1.
     pub stage2_cooling_shift: u32,
     /// Cooling waits until the hottest superpage (stage 1) or page (stage 2) holds this many
     /// samples, the evidence a promotion needs (`[engine.policy.benefit] min_samples`): at a

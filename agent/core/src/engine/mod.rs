@@ -196,6 +196,8 @@ pub struct Engine {
     reuse: ReuseHistogram,
     /// Interval count at the reuse histogram's last halving.
     reuse_halved_at: u64,
+    /// The interval count at stage 2's last cooling.
+    stage2_cooled_through: Option<u64>,
     /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
     read_write_ratio: u32,
     /// The hot cut-off of the epoch that ended at the last plan, while its per-record resets
@@ -232,6 +234,7 @@ impl Engine {
             needs_slot: Vec::new(),
             reuse: ReuseHistogram::default(),
             reuse_halved_at: 0,
+            stage2_cooled_through: None,
             read_write_ratio,
             epoch_end: None,
             intervals: 0,
@@ -385,9 +388,9 @@ impl Engine {
 
     /// Ends a migration epoch once the planner has read it: superpages in the hot set are
     /// remembered as last epoch's hot set, the epoch's uncooled counts restart, the reuse
-    /// histogram halves (older epochs weigh less without being forgotten), stage 2 cools, and
-    /// N (stage-2 superpages) follows `free_superpages`, the fast tier's room in superpages, when
-    /// `adapt_top_n` is on.
+    /// histogram halves (older epochs weigh less without being forgotten), stage 2 cools (at
+    /// most once per counting interval), and N (stage-2 superpages) follows `free_superpages`,
+    /// the fast tier's room in superpages, when `adapt_top_n` is on.
     pub fn end_epoch(&mut self, free_superpages: u64) {
         // Records keep their heat until the next close: the resets are exact done then.
         self.epoch_end = Some((self.hot_cutoff.max(1), self.units.write_factor()));
@@ -399,9 +402,16 @@ impl Engine {
             self.reuse.halve();
             self.reuse_halved_at = self.intervals;
         }
-        // Like stage 1's, stage 2's cooling waits for evidence (see `close_intervals`).
-        if self.stage2.any_count_reaches(self.cfg.cool_after_samples) {
+        // Like stage 1's, stage 2's cooling waits for evidence (see `close_intervals`), and at
+        // most once per counting interval: an epoch shorter than the interval cooled the page
+        // counts twice for each halving of stage 1's heat, so a promotion candidate (valued by
+        // its pages) read half as hot as the victims it would displace (valued by their
+        // superpage) and a 2 MiB swap never passed Eq. (2).
+        if self.stage2_cooled_through != Some(self.intervals)
+            && self.stage2.any_count_reaches(self.cfg.cool_after_samples)
+        {
             self.stage2.cool_all(self.cfg.stage2_cooling_shift);
+            self.stage2_cooled_through = Some(self.intervals);
         }
         if self.cfg.adapt_top_n {
             let free = usize::try_from(free_superpages).unwrap_or(usize::MAX);

@@ -130,6 +130,29 @@ fn stage2_keeps_sparse_page_counts_across_epochs_until_a_page_holds_enough() {
 }
 
 #[test]
+fn stage2_cools_at_most_once_per_counting_interval() {
+    let mut e = new_engine(EngineConfig {
+        cool_after_samples: 0,
+        top_n: 1,
+        ..cfg()
+    });
+    e.observe_samples(&[Sample::load(0)], MS);
+    e.tick(50 * MS);
+    let slot = record(&e, 0).slot;
+    e.observe_samples(&[Sample::load(5 * PAGE_SIZE); 8], 60 * MS);
+    let page_5 = |e: &Engine| e.stage2.counters(slot).0[5];
+    e.end_epoch(0);
+    assert_eq!(page_5(&e), 4);
+    // A second epoch end before the next interval closes (epochs shorter than the interval)
+    // leaves the counts as they are: they halve with time, as stage 1's heat does.
+    e.end_epoch(0);
+    assert_eq!(page_5(&e), 4);
+    e.tick(100 * MS);
+    e.end_epoch(0);
+    assert_eq!(page_5(&e), 2);
+}
+
+#[test]
 fn write_weight_ranks_stage1_and_top_n_gets_stage2() {
     let c = EngineConfig {
         top_n: 2,

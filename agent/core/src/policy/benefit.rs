@@ -41,6 +41,14 @@ pub struct BenefitConfig {
     /// Cost of writing one 4 KiB page back to the slow tier on demotion, ns (T_writeback).
     /// Linux migration is exclusive, so clean pages cost the same as dirty ones. Default 2000.
     pub writeback_page_ns: f64,
+    /// Extra cost, ns, of each access to a superpage once it is mapped by 4 KiB pages instead
+    /// of one 2 MiB huge page: the TLB reach lost (Rainbow; Ingens). Moving part of a huge page
+    /// splits it, so the first sub-2 MiB move out of a superpage still mapped huge pays one
+    /// more migration operation (the split's TLB shootdown) and this on every later access to
+    /// the superpage, in either tier. The daemon presumes huge pages only where THP is
+    /// `always` (it does not query which superpages are huge); under `madvise` or `never` no
+    /// split is charged. Default 10 (the simulator takes its preset's).
+    pub split_access_ns: f64,
     /// Base migration-benefit threshold per 4 KiB page, ns. A range is hot when its benefit
     /// exceeds this times its page count. Default 0 (Eq. (1) as written).
     pub threshold_ns: f64,
@@ -61,7 +69,8 @@ pub struct BenefitConfig {
     /// A promotion candidate needs counts worth at least this many samples. With sampling, one
     /// sample on a page is as likely a stray access as heat: ranking by a lone sample swaps
     /// cold pages in and out every epoch. DAMON's unit is one `nr_accesses` of one page.
-    /// Default 3.
+    /// The epoch controller asks the same of a payback verdict: moves that cost less than
+    /// this many sampled reads get none. Default 3.
     pub min_samples: u32,
 }
 
@@ -75,6 +84,7 @@ impl Default for BenefitConfig {
             migrate_page_ns: 2000.0,
             migrate_op_ns: 1000.0,
             writeback_page_ns: 2000.0,
+            split_access_ns: 10.0,
             threshold_ns: 0.0,
             threshold_step_ns: 500.0,
             threshold_raise: 2.0,
@@ -104,7 +114,8 @@ impl BenefitConfig {
         check(
             self.migrate_page_ns >= 0.0
                 && self.migrate_op_ns >= 0.0
-                && self.writeback_page_ns >= 0.0,
+                && self.writeback_page_ns >= 0.0
+                && self.split_access_ns >= 0.0,
             "benefit.migrate_*",
             self.migrate_page_ns,
             "costs must be >= 0",
@@ -146,6 +157,7 @@ pub struct CostModel {
     pub migrate_page_ns: f64,
     pub migrate_op_ns: f64,
     pub writeback_page_ns: f64,
+    pub split_access_ns: f64,
     /// Epochs a moved range is expected to keep the heat that moved it (≥ 1): its one-off
     /// migration and write-back costs are shared out over them, so each cost below is per
     /// epoch of that residence, as the accesses it is weighed against are.
@@ -163,6 +175,7 @@ impl CostModel {
             migrate_page_ns: cfg.migrate_page_ns,
             migrate_op_ns: cfg.migrate_op_ns,
             writeback_page_ns: cfg.writeback_page_ns,
+            split_access_ns: cfg.split_access_ns,
             residence_epochs: 1.0,
         }
     }
@@ -188,6 +201,13 @@ impl CostModel {
     pub fn migrate_cost(&self, bytes: u64) -> f64 {
         (self.migrate_op_ns + self.migrate_page_ns * (bytes / PAGE_SIZE) as f64)
             / self.residence_epochs
+    }
+
+    /// What splitting a huge page costs per epoch of residence: its TLB shootdown once, and
+    /// the TLB reach lost on each of the superpage's `accesses` per epoch from then on.
+    #[must_use]
+    pub fn split_cost(&self, accesses: f64) -> f64 {
+        self.migrate_op_ns / self.residence_epochs + self.split_access_ns * accesses
     }
 
     /// T_writeback for demoting `bytes`, per epoch of residence.

@@ -103,7 +103,7 @@ impl EpochConfig {
 /// What the last plan's moves realised against what they cost (the epoch controller's payback).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Payback {
-    /// The last plan promoted nothing: no verdict.
+    /// The last plan promoted nothing, or too little to judge from samples: no verdict.
     Unmeasured,
     /// The moves realised at least what they cost.
     Paid,
@@ -136,7 +136,8 @@ pub struct EpochInputs {
     pub prev_touched: Option<u64>,
     /// Share of last plan's moved bytes that reversed a recent move.
     pub pingpong_share: f64,
-    /// Net realised value of last plan's moves over their cost; `None` if it promoted nothing.
+    /// Net realised value of last plan's moves over their cost; `None` if it promoted nothing
+    /// or staked too little for a sampled verdict (`benefit.min_samples` sampled reads).
     pub payback: Option<f64>,
     /// The fast tier was full (promotions needed evictions, or free capacity hit the reserve).
     pub capacity_bound: bool,

@@ -54,12 +54,31 @@ pub trait PlacementView {
         r
     }
 
+    /// Whether the superpage starting at `superpage` is mapped by one huge page; `None` when
+    /// the view cannot tell. Moving part of a huge page splits it (see
+    /// `BenefitConfig::split_access_ns`).
+    fn huge_mapped(&self, superpage: u64) -> Option<bool> {
+        let _ = superpage;
+        None
+    }
+
     /// Calls `visit(start, len)` for the fast-resident ranges of the target, in address order.
     /// This is how the planner finds resident data that was never sampled (the coldest of all).
     /// The default reports nothing: only sampled superpages can then be demoted.
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
         let _ = visit;
     }
+}
+
+/// Whether moving part of the superpage at `superpage` would split a huge page. Where the
+/// view cannot tell, a superpage wholly in one tier is presumed huge: THP maps first touches
+/// whole, and a partial move is what splits one (khugepaged's re-collapse is slow enough to
+/// ignore). A superpage across both tiers is split already.
+#[must_use]
+pub fn splits_huge(view: &dyn PlacementView, superpage: u64, residency: &Residency) -> bool {
+    view.huge_mapped(superpage).unwrap_or_else(|| {
+        residency.fast_pages() as usize == SUBPAGES || residency.slow_pages() as usize == SUBPAGES
+    })
 }
 
 /// Access cost and bandwidth of one tier, where the caller knows them (HMAT, probe, config).

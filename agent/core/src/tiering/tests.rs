@@ -9,7 +9,11 @@ use proptest::prelude::*;
 use super::*;
 use crate::{
     engine::{AccessKind, Sample},
-    policy::{MoveReason, PlannedMove, benefit::CostModel, epoch::EpochChange},
+    policy::{
+        MoveReason, PlannedMove,
+        benefit::{BenefitConfig, CostModel},
+        epoch::EpochChange,
+    },
     testgen::{Pattern, SplitMix64, TierModel, TraceGen},
     units::{Direction, PAGE_SIZE, Tier},
 };
@@ -960,4 +964,117 @@ fn a_plan_before_the_next_interval_close_learns_nothing_and_leaves_the_swap_to_b
             "{p:?}"
         );
     }
+}
+
+/// Promotes, with the granularity pinned to `granularity`, the chunk holding one hot page; then samples only a far superpage for a second of intervals and plans again.
+/// Returns that second plan, which judges the promotion.
+fn plan_after_an_unused_promotion(granularity: Granularity) -> Plan {
+    let mut c = cfg();
+    c.policy.epoch.adaptive = true;
+    c.policy.granularity.initial = granularity;
+    c.policy.granularity.fixed = true;
+    let mut e = Tiering::new(c).unwrap();
+    let mut model = TierModel::new(0, 64 * MIB, Tier::Slow, 32 * MIB);
+    let sample = |addr| Sample {
+        addr,
+        kind: AccessKind::Load,
+        weight: 64,
+    };
+    let (page, far) = (16 * PAGE_SIZE, 40 * MIB);
+    e.observe_samples(&[sample(page)], 10 * MS);
+    // A window of samples on the one page shows its superpage sparse: a pinned 4 KiB
+    // granularity then moves the page alone.
+    e.observe_samples(&[sample(page)], 55 * MS);
+    e.observe_samples(&vec![sample(page); 256], 60 * MS);
+    let first = e.plan(1000 * MS, &model, &model.capacity());
+    let promoted: u64 = first
+        .moves
+        .iter()
+        .filter(|m| m.direction == Direction::Promote)
+        .map(|m| m.len)
+        .sum();
+    assert_eq!(promoted, granularity.bytes(), "{first:?}");
+    model.apply(&first);
+    for t in (1025..2000).step_by(50) {
+        e.observe_samples(&[sample(far)], t * MS);
+    }
+    e.plan(2000 * MS, &model, &model.capacity())
+}
+
+#[test]
+fn a_promotion_too_small_to_draw_samples_gets_no_payback_verdict() {
+    // One 4 KiB page costs less to move than the value of a single sampled read: it would pay
+    // back on less than one sample, so drawing none until the next plan proves nothing, and
+    // the epoch and the threshold stay put.
+    let p = plan_after_an_unused_promotion(Granularity::KIB_4);
+    assert_ne!(p.epoch_change, EpochChange::LongerPayback, "{p:?}");
+    assert_eq!(p.benefit_threshold_ns, 0.0, "{p:?}");
+    // A whole superpage costs hundreds of sampled reads: unused, it did not pay back.
+    let p = plan_after_an_unused_promotion(Granularity::MIB_2);
+    assert_eq!(p.epoch_change, EpochChange::LongerPayback, "{p:?}");
+    assert!(p.benefit_threshold_ns > 0.0, "{p:?}");
+}
+
+/// A slow superpage at 32 MiB with one hot page among 400 pages sampled twice each (too
+/// little evidence to promote any of them, but traffic all the same), planned at a pinned
+/// 4 KiB granularity against `model`, with `split_access_ns` as the TLB reach a split loses.
+/// Returns whether the hot page was promoted.
+fn promotes_the_hot_page_of_a_busy_superpage(mut model: TierModel, split_access_ns: f64) -> bool {
+    let mut c = cfg();
+    c.policy.benefit.split_access_ns = split_access_ns;
+    c.policy.granularity.initial = Granularity::KIB_4;
+    c.policy.granularity.fixed = true;
+    let mut e = Tiering::new(c).unwrap();
+    let sp = 32 * MIB;
+    let hot = sp + 500 * PAGE_SIZE;
+    let sample = |addr| Sample {
+        addr,
+        kind: AccessKind::Load,
+        weight: 64,
+    };
+    e.observe_samples(&[sample(sp)], 10 * MS);
+    let mut samples: Vec<Sample> = (1..=400)
+        .flat_map(|p| [sample(sp + p * PAGE_SIZE); 2])
+        .collect();
+    samples.extend([sample(hot); 20]);
+    e.observe_samples(&samples, 60 * MS);
+    let p = e.plan(1000 * MS, &model, &model.capacity());
+    model.apply(&p);
+    p.moves
+        .iter()
+        .any(|m| m.direction == Direction::Promote && (m.start..m.start + m.len).contains(&hot))
+}
+
+#[test]
+fn moving_part_of_a_huge_page_pays_for_splitting_it() {
+    let slow = || TierModel::new(0, 64 * MIB, Tier::Slow, 32 * MIB);
+    let tlb = BenefitConfig::default().split_access_ns;
+    // 4 KiB pages only: the hot page is worth its copy.
+    assert!(promotes_the_hot_page_of_a_busy_superpage(slow(), tlb));
+    // Under THP `always` the superpage, wholly slow, is presumed one huge page: moving the
+    // page would split it, and its 800 other sampled accesses would each pay the TLB reach
+    // lost, more than the page gains.
+    assert!(!promotes_the_hot_page_of_a_busy_superpage(
+        slow().with_thp(),
+        tlb
+    ));
+    // With no reach to lose, the split's one shootdown is worth paying.
+    assert!(promotes_the_hot_page_of_a_busy_superpage(
+        slow().with_thp(),
+        0.0
+    ));
+    // Once split (one of its pages already fast), moving the page splits nothing.
+    let mut split = slow().with_thp();
+    split.apply(&Plan {
+        moves: vec![PlannedMove {
+            start: 32 * MIB,
+            len: PAGE_SIZE,
+            direction: Direction::Promote,
+            granularity: Granularity::KIB_4,
+            reason: MoveReason::Hot,
+            expected_benefit: 0.0,
+        }],
+        ..Plan::default()
+    });
+    assert!(promotes_the_hot_page_of_a_busy_superpage(split, tlb));
 }

@@ -101,6 +101,12 @@ impl PlacementView for TierPlacement {
         r
     }
 
+    /// Which superpages are huge is not queried (that takes kpageflags): under THP `always`
+    /// the planner presumes, else nothing is huge.
+    fn huge_mapped(&self, _superpage: u64) -> Option<bool> {
+        (!self.presumes_huge()).then_some(false)
+    }
+
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
         self.for_each_fast_run(visit);
     }
@@ -210,5 +216,22 @@ mod tests {
         let mut fast = Vec::new();
         view.for_each_fast_range(&mut |s, l| fast.push((s, l)));
         assert_eq!(fast, vec![(0x20_3000, 0x1000)]);
+    }
+
+    #[test]
+    fn huge_pages_are_presumed_only_under_thp_always() {
+        // `madvise` and `never`: a superpage is huge only if it asked; presume none is.
+        let view = TierPlacement::new(vec![0]);
+        assert_eq!(view.huge_mapped(0x20_0000), Some(false));
+        // `always`: the planner presumes from where the superpage's pages are.
+        let view = TierPlacement::new(vec![0]).with_huge_presumed(true);
+        assert_eq!(view.huge_mapped(0x20_0000), None);
+        let mut whole = Residency::default();
+        for page in 0..SUBPAGES {
+            whole.set(page, Some(Tier::Slow));
+        }
+        assert!(memtide_core::policy::splits_huge(&view, 0x20_0000, &whole));
+        whole.set(0, Some(Tier::Fast));
+        assert!(!memtide_core::policy::splits_huge(&view, 0x20_0000, &whole));
     }
 }

@@ -97,6 +97,10 @@ pub struct TierPlacement {
     /// Non-overlapping ranges by start: one status per 4 KiB page.
     ranges: BTreeMap<u64, Vec<PageStatus>>,
     fast_nodes: Vec<u32>,
+    /// THP maps every anonymous superpage huge on this host (`always`): the planner may
+    /// presume a superpage wholly on one tier is a huge page. Otherwise (`madvise`, `never`)
+    /// it presumes none is, and charges no split for moving part of one.
+    presume_huge: bool,
 }
 
 impl TierPlacement {
@@ -106,7 +110,21 @@ impl TierPlacement {
         Self {
             ranges: BTreeMap::new(),
             fast_nodes,
+            presume_huge: false,
         }
+    }
+
+    /// Says whether THP maps every superpage huge on this host (see [`Self::presumes_huge`]).
+    #[must_use]
+    pub fn with_huge_presumed(mut self, presume: bool) -> Self {
+        self.presume_huge = presume;
+        self
+    }
+
+    /// Whether a superpage wholly on one tier may be presumed a huge page: THP `always`.
+    #[must_use]
+    pub fn presumes_huge(&self) -> bool {
+        self.presume_huge
     }
 
     /// The nodes that count as fast.

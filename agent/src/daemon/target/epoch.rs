@@ -15,7 +15,7 @@ use memtide_core::{
 use memtide_host::{
     exec::{ExecReport, KernelBackend, MoveRequest, TierNodes, requests_from_plan},
     targets::{Target, TargetError, placement::TierPlacement},
-    topology::Topology,
+    topology::{ThpMode, Topology},
 };
 
 use super::{
@@ -158,8 +158,9 @@ impl State {
             .is_some_and(|report| report.total().pages_moved > 0);
         let (placement, after, queried_at) = if moved {
             let ranges: Vec<(u64, u64)> = placement.queried().collect();
+            let thp = self.spec.machine.read(&self.spec.root).thp;
             let placement = charge_migration(&migration_cpu, || {
-                query_placement(&self.target, &self.spec.fast_nodes, &ranges)
+                query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges)
             })
             .unwrap_or(placement);
             let after = tier_view(input, &placement, coverage);
@@ -257,9 +258,10 @@ impl State {
                     &mut self.sweep,
                     QUERY_BUDGET_PAGES,
                 );
+                let thp = self.spec.machine.read(&self.spec.root).thp;
                 Ok((
                     Instant::now(),
-                    query_placement(&self.target, &self.spec.fast_nodes, &ranges)?,
+                    query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges)?,
                 ))
             }
         }
@@ -512,13 +514,16 @@ fn room_above_floor(
         .saturating_sub(floor.saturating_add(reserve))
 }
 
-/// Queries where the pages of `ranges` (sorted, disjoint `[start, end)`) are.
+/// Queries where the pages of `ranges` (sorted, disjoint `[start, end)`) are; huge pages are
+/// presumed where THP maps every superpage huge.
 fn query_placement(
     target: &Target,
     fast_nodes: &[u32],
+    thp: Option<ThpMode>,
     ranges: &[(u64, u64)],
 ) -> Result<TierPlacement, TargetError> {
-    let mut placement = TierPlacement::new(fast_nodes.to_vec());
+    let mut placement =
+        TierPlacement::new(fast_nodes.to_vec()).with_huge_presumed(thp == Some(ThpMode::Always));
     placement.query_all(target, ranges)?;
     Ok(placement)
 }

@@ -12,7 +12,7 @@ use std::{
 use memtide_host::{
     exec::watermark::{self, NodeWatermarks},
     sysfs::HostRoot,
-    topology::Topology,
+    topology::{self, ThpMode, Topology},
 };
 
 /// What the planners read of the machine.
@@ -20,6 +20,8 @@ use memtide_host::{
 pub(super) struct MachineSnapshot {
     pub(super) topology: Option<Topology>,
     pub(super) watermarks: BTreeMap<u32, NodeWatermarks>,
+    /// The THP mode; `None` on kernels without THP or when the file cannot be read.
+    pub(super) thp: Option<ThpMode>,
 }
 
 /// The snapshot all targets share.
@@ -87,6 +89,7 @@ impl SharedMachine {
         let snapshot = MachineSnapshot {
             topology: Topology::read(root).ok(),
             watermarks: watermark::read_watermarks(root).unwrap_or_default(),
+            thp: topology::read_thp(root).ok().flatten(),
         };
         *cached = Cached {
             snapshot: Some((Instant::now(), snapshot.clone())),

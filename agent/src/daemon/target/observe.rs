@@ -115,6 +115,10 @@ impl PlacementView for AssumedView<'_> {
         residency
     }
 
+    fn huge_mapped(&self, superpage: u64) -> Option<bool> {
+        self.real.huge_mapped(superpage)
+    }
+
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
         // Really fast runs without what is assumed demoted, plus the resident pages of what
         // is assumed promoted, merged in address order.

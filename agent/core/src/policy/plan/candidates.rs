@@ -10,6 +10,7 @@ use crate::{
         capacity::page_bits,
         granularity::ScanRegion,
         rw::{self, WritePrediction},
+        splits_huge,
     },
     units::{Direction, Granularity, PAGE_SIZE, SUBPAGES, Tier, superpage_base},
 };
@@ -25,6 +26,9 @@ pub(super) struct Candidate {
     pub(super) reads: f64,
     pub(super) writes: f64,
     pub(super) benefit: f64,
+    /// Its share of splitting its superpage's huge page, ns per epoch (already taken off
+    /// `benefit`): what Eq. (2) charges on top when it swaps.
+    pub(super) split: f64,
     /// Accesses per epoch on the stage-1 scale, for the bandwidth share.
     pub(super) traffic: f64,
     pub(super) class: WritePrediction,
@@ -47,6 +51,8 @@ struct RegionCtx<'a> {
     /// Samples a candidate needs (`benefit.min_samples`).
     min_counts: f64,
     class: WritePrediction,
+    /// Moving part of it splits a huge page.
+    splits_huge: bool,
 }
 
 impl Planner {
@@ -106,6 +112,7 @@ impl Planner {
                 blocked: &blocked,
                 min_counts: f64::from(pc.benefit.min_samples),
                 class,
+                splits_huge: splits_huge(view, superpage_base(sp), &region.residency),
             };
             self.region_candidates(pc, costs, target, &ctx, &mut candidates);
         }
@@ -122,7 +129,8 @@ impl Planner {
     /// sparse (or it is dense enough for a 2 MiB target), else per medium chunk that is dense,
     /// else per accessed page. A whole that does not pass Eq. (1) offers no parts: where the
     /// samples do not show the superpage sparse they cannot rank its pages (a sweep's ranked
-    /// pages are the ones it already left).
+    /// pages are the ones it already left). Parts of a huge page pay for splitting it
+    /// together, each in proportion to its benefit; when they cannot, none is offered.
     fn region_candidates(
         &self,
         pc: &PolicyConfig,
@@ -135,6 +143,7 @@ impl Planner {
         if ctx.region.residency.slow_pages() == 0 {
             return;
         }
+        let first = out.len();
         let mut push = |start_page: usize, pages: usize, gran: Granularity| {
             if let Some(c) = self.candidate(costs, ctx, start_page, pages, gran) {
                 out.push(c);
@@ -159,6 +168,25 @@ impl Planner {
                         push(p, 1, Granularity::KIB_4);
                     }
                 }
+            }
+        }
+        if ctx.splits_huge && out.len() > first {
+            let accesses: f64 = (0..SUBPAGES)
+                .map(|p| {
+                    f64::from(subpage::value(ctx.r[p])) * ctx.per_read
+                        + f64::from(subpage::value(ctx.w[p])) * ctx.per_write
+                })
+                .sum();
+            let split = costs.split_cost(accesses);
+            let parts = &mut out[first..];
+            let total: f64 = parts.iter().map(|c| c.benefit).sum();
+            if total <= split {
+                out.truncate(first);
+                return;
+            }
+            for c in parts {
+                c.split = split * c.benefit / total;
+                c.benefit -= c.split;
             }
         }
     }
@@ -204,6 +232,7 @@ impl Planner {
             reads,
             writes,
             benefit,
+            split: 0.0,
             traffic: traffic * ctx.traffic_per_count,
             class: ctx.class,
         })

@@ -94,6 +94,12 @@ impl Planner {
     /// larger than the fast tier, sampling noise taken for heat) realises nothing net, although
     /// the promoted pages are used just as predicted. Each range is valued with its
     /// superpage's uncooled epoch counts, shared out by what stage 2 counted after the plan.
+    ///
+    /// No verdict when the stake is below the evidence a sampled verdict can rest on: moves
+    /// costing less than `benefit.min_samples` sampled reads would pay back on fewer samples
+    /// than that, so drawing none says as little as a lone sample does about heat. A plan that
+    /// promoted one 4 KiB page would otherwise double the epoch and the threshold whenever its
+    /// page missed the sampler until the next plan.
     fn payback(&self, hot: &HotnessView<'_>, costs: &CostModel) -> Option<f64> {
         if !self.last_judged.iter().any(|m| !m.evicted) {
             return None;
@@ -127,7 +133,9 @@ impl Planner {
             );
             realised += if m.evicted { -value } else { value };
         }
-        Some(realised / cost)
+        let evidence =
+            f64::from(self.cfg.benefit.min_samples) * costs.access_value(hot.units.read, 0.0);
+        (cost.max(realised.abs()) >= evidence).then_some(realised / cost)
     }
 }
 

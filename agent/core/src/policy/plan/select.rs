@@ -138,7 +138,7 @@ impl<'a> Selection<'a> {
 
     /// What demoting `v` costs: its accesses from the slow tier, plus the write-back.
     fn eviction_value(&self, v: &Victim) -> f64 {
-        -(self.costs.access_value(v.reads, v.writes) + self.costs.writeback_cost(v.len))
+        -(v.loss(self.costs) + self.costs.writeback_cost(v.len))
     }
 
     /// Demotes the coldest victims until `demand` bytes are out (the watermarks' ask).
@@ -189,11 +189,11 @@ impl<'a> Selection<'a> {
     /// candidates after `c`, which may ride along in room a whole evicted superpage frees.
     fn swap(&mut self, c: &Candidate, later: &[Candidate]) -> Swap {
         let mut picked = Vec::new();
-        let (mut freed, mut vr, mut vw) = (0u64, 0.0, 0.0);
+        let (mut freed, mut vr, mut vw, mut vsplit) = (0u64, 0.0, 0.0, 0.0);
         let mut j = self.next_victim;
         // A run of cold 4 KiB pages longer than what is still missing gives up only that much
         // (its counts pro rata); the rest stays a victim for the next candidates.
-        let mut split = None;
+        let mut rest_of_run = None;
         while self.room + i128::from(freed) < i128::from(c.need) && j < self.victims.len() {
             let v = self.victims[j];
             if self.out.promoted_sps.contains(&v.sp)
@@ -211,8 +211,9 @@ impl<'a> Selection<'a> {
             freed += part.len;
             vr += part.reads;
             vw += part.writes;
+            vsplit += part.split;
             if let Some(rest) = rest {
-                split = Some(rest);
+                rest_of_run = Some(rest);
             } else {
                 j += 1;
             }
@@ -228,7 +229,7 @@ impl<'a> Selection<'a> {
         // churned the 64 KiB-clustered workload.
         let surplus =
             u64::try_from(self.room + i128::from(freed) - i128::from(c.need)).unwrap_or(0);
-        let (gr, gw, gneed, gcount) = riders(
+        let group = riders(
             later,
             if vr + vw < self.one_sample {
                 surplus
@@ -238,19 +239,20 @@ impl<'a> Selection<'a> {
             self.promote_budget - c.need,
             |sp| self.out.demoted_sps.contains(&sp) || picked.iter().any(|v| v.sp == sp),
         );
-        let group_need = c.need + gneed;
+        let group_need = c.need + group.need;
         // Eq. (2) charges one migration; every further chunk in or out is one more operation (a
         // TLB shootdown each), or a swap out of many small cold runs would look as cheap as one
-        // out of a single superpage.
-        let extra_ops = (gcount + picked.len()).saturating_sub(1) as f64;
-        let delta = self
-            .costs
-            .eq2((c.reads + gr, c.writes + gw, group_need), (vr, vw, freed))
-            - extra_ops * self.costs.migrate_op_ns;
+        // out of a single superpage. Huge pages split on either side are charged on top.
+        let extra_ops = (group.count + picked.len()).saturating_sub(1) as f64;
+        let delta = self.costs.eq2(
+            (c.reads + group.reads, c.writes + group.writes, group_need),
+            (vr, vw, freed),
+        ) - extra_ops * self.costs.migrate_op_ns
+            - (c.split + group.split + vsplit);
         if delta <= self.threshold.for_bytes(group_need) {
             return Swap::Stop;
         }
-        if let Some(rest) = split {
+        if let Some(rest) = rest_of_run {
             self.victims[j] = rest;
         }
         self.next_victim = j;
@@ -313,23 +315,35 @@ impl<'a> Selection<'a> {
     }
 }
 
-/// Reads, writes, bytes and number of the candidates, in order, that fit in `surplus` bytes of
-/// room and `budget` bytes of promotion budget, skipping the superpages `excluded` says to.
+/// The candidates that ride along in the room a swap frees beyond its own candidate's need.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub(super) struct Riders {
+    pub(super) reads: f64,
+    pub(super) writes: f64,
+    pub(super) need: u64,
+    pub(super) count: usize,
+    /// Their shares of huge-page splits, ns per epoch.
+    pub(super) split: f64,
+}
+
+/// The candidates, in order, that fit in `surplus` bytes of room and `budget` bytes of
+/// promotion budget, skipping the superpages `excluded` says to.
 pub(super) fn riders(
     candidates: &[Candidate],
     surplus: u64,
     budget: u64,
     excluded: impl Fn(u64) -> bool,
-) -> (f64, f64, u64, usize) {
-    let (mut reads, mut writes, mut need, mut count) = (0.0, 0.0, 0u64, 0);
+) -> Riders {
+    let mut group = Riders::default();
     for c in candidates {
-        if need + c.need > surplus.min(budget) || excluded(c.sp) {
+        if group.need + c.need > surplus.min(budget) || excluded(c.sp) {
             continue;
         }
-        reads += c.reads;
-        writes += c.writes;
-        need += c.need;
-        count += 1;
+        group.reads += c.reads;
+        group.writes += c.writes;
+        group.need += c.need;
+        group.count += 1;
+        group.split += c.split;
     }
-    (reads, writes, need, count)
+    group
 }

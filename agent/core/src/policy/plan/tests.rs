@@ -1,7 +1,7 @@
 use super::{
     candidates::Candidate,
     learn::snapshot_covers,
-    select::riders,
+    select::{Riders, riders},
     victims::{Victim, granules, runs},
     *,
 };
@@ -51,6 +51,7 @@ fn riders_take_what_fits_in_order_and_skip_excluded_superpages() {
         reads,
         writes: 1.0,
         benefit: reads,
+        split: 1.0,
         traffic: reads,
         class: WritePrediction::UnWd,
     };
@@ -61,14 +62,14 @@ fn riders_take_what_fits_in_order_and_skip_excluded_superpages() {
         chunk(3, k, 30.0),     // excluded
         chunk(4, k, 40.0),
     ];
-    let (reads, writes, need, count) = riders(&candidates, 2 * k, u64::MAX, |sp| sp == 3);
-    assert_eq!((need, count), (2 * k, 2));
-    assert_eq!((reads, writes), (50.0, 2.0));
+    let group = riders(&candidates, 2 * k, u64::MAX, |sp| sp == 3);
+    assert_eq!((group.need, group.count), (2 * k, 2));
+    assert_eq!((group.reads, group.writes, group.split), (50.0, 2.0, 2.0));
     // The promotion budget bounds the group as much as the room does.
-    assert_eq!(riders(&candidates, 8 * k, k, |_| false).2, k);
+    assert_eq!(riders(&candidates, 8 * k, k, |_| false).need, k);
     assert_eq!(
         riders(&candidates, 0, u64::MAX, |_| false),
-        (0.0, 0.0, 0, 0)
+        Riders::default()
     );
 }
 
@@ -98,6 +99,7 @@ fn a_long_cold_run_gives_up_only_what_a_candidate_needs() {
         gran: Granularity::KIB_4,
         reads: 32.0,
         writes: 8.0,
+        split: 320.0,
         traffic: 64.0,
         read_dominant: true,
     };
@@ -111,6 +113,7 @@ fn a_long_cold_run_gives_up_only_what_a_candidate_needs() {
     assert!((part.reads - 1.0).abs() < 1e-9 && (rest.reads - 31.0).abs() < 1e-9);
     assert!((part.writes + rest.writes - 8.0).abs() < 1e-9);
     assert!((part.traffic - 2.0).abs() < 1e-9);
+    assert!((part.split - 10.0).abs() < 1e-9 && (rest.split - 310.0).abs() < 1e-9);
     // Whole superpages and runs no longer than the need are taken whole.
     assert!(v.take(32 * PAGE_SIZE).1.is_none());
     let whole = Victim {

@@ -3,7 +3,9 @@
 //!
 //! A sampled superpage offers its settled, not-hot fast pages (by its stage-2 counts when it has
 //! them, else its stage-1 heat spread evenly), whole when all 512 are fast and none is hot;
-//! resident data never sampled comes last in value and first in line: the coldest of all.
+//! resident data never sampled comes last in value and first in line: the coldest of all. The
+//! cold runs of a huge page share what splitting it costs, so a hot huge page gives up its cold
+//! pages only when the room pays for the TLB reach its hot ones lose.
 
 use super::{Planner, Scale};
 use crate::{
@@ -13,7 +15,7 @@ use crate::{
         subpage,
         superpage::{NO_SLOT, SuperpageRecord},
     },
-    policy::{PlacementView, benefit::CostModel, capacity::page_bits},
+    policy::{PlacementView, benefit::CostModel, capacity::page_bits, splits_huge},
     units::{
         Direction, Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier,
         subpage_index, superpage_base, superpage_of,
@@ -29,12 +31,20 @@ pub(super) struct Victim {
     pub(super) gran: Granularity,
     pub(super) reads: f64,
     pub(super) writes: f64,
+    /// Its share of splitting its superpage's huge page, ns per epoch: the cold runs of a
+    /// huge page share it by length.
+    pub(super) split: f64,
     /// Accesses per epoch on the stage-1 scale.
     pub(super) traffic: f64,
     pub(super) read_dominant: bool,
 }
 
 impl Victim {
+    /// What demoting it loses per epoch: its accesses, now slow, and its share of a split.
+    pub(super) fn loss(&self, costs: &CostModel) -> f64 {
+        costs.access_value(self.reads, self.writes) + self.split
+    }
+
     /// Splits off the first `bytes` of a run of 4 KiB pages (counts pro rata); whole-superpage
     /// victims and runs no longer than `bytes` are taken whole.
     pub(super) fn take(self, bytes: u64) -> (Self, Option<Self>) {
@@ -46,6 +56,7 @@ impl Victim {
             len: bytes,
             reads: self.reads * f,
             writes: self.writes * f,
+            split: self.split * f,
             traffic: self.traffic * f,
             ..self
         };
@@ -54,6 +65,7 @@ impl Victim {
             len: self.len - bytes,
             reads: self.reads - part.reads,
             writes: self.writes - part.writes,
+            split: self.split - part.split,
             traffic: self.traffic - part.traffic,
             ..self
         };
@@ -81,6 +93,8 @@ struct SuperpageVictims<'a> {
     read_dominant: bool,
     /// The coarsest granule a cold run is cut into.
     granule: Granularity,
+    /// Demoting part of it splits a huge page.
+    splits_huge: bool,
 }
 
 impl SuperpageVictims<'_> {
@@ -101,6 +115,7 @@ impl SuperpageVictims<'_> {
             gran: Granularity::MIB_2,
             reads,
             writes,
+            split: 0.0,
             read_dominant: self.read_dominant,
             traffic,
         }
@@ -179,24 +194,30 @@ impl Planner {
                     hot.write_factor(),
                 ) == Domain::ReadDominant,
                 granule,
+                splits_huge: splits_huge(view, superpage_base(rec.sp), &residency),
             };
-            if rec.slot == NO_SLOT {
-                stage1_victims(&sv, scale.k1, &mut victims);
+            let first = victims.len();
+            let accesses = if rec.slot == NO_SLOT {
+                stage1_victims(&sv, scale.k1, &mut victims)
             } else {
-                self.stage2_victims(hot, costs, &sv, scale.k2, &mut victims);
+                self.stage2_victims(hot, costs, &sv, scale.k2, &mut victims)
+            };
+            let runs = &mut victims[first..];
+            if sv.splits_huge && runs.iter().any(|v| v.len < SUPERPAGE_SIZE) {
+                share_split(runs, costs.split_cost(accesses));
             }
         }
         self.never_sampled_victims(hot, view, epoch, &mut victims);
         victims.sort_by(|a, b| {
-            let va = costs.access_value(a.reads, a.writes) / a.len as f64;
-            let vb = costs.access_value(b.reads, b.writes) / b.len as f64;
+            let va = a.loss(costs) / a.len as f64;
+            let vb = b.loss(costs) / b.len as f64;
             va.total_cmp(&vb).then(a.start.cmp(&b.start))
         });
         (victims, traffic)
     }
 
     /// The victims of a stage-2 superpage: its fast pages that are settled and not hot, valued
-    /// by their own counts.
+    /// by their own counts. Returns the superpage's accesses per epoch.
     fn stage2_victims(
         &self,
         hot: &HotnessView<'_>,
@@ -204,7 +225,7 @@ impl Planner {
         sv: &SuperpageVictims<'_>,
         k2: f64,
         victims: &mut Vec<Victim>,
-    ) {
+    ) -> f64 {
         // A page whose accesses pay for its copy is hot whatever the promotion threshold: a
         // threshold raised to make promotions pickier must not make warm data an eviction
         // victim (it would hand the watermark whole superpages of it).
@@ -231,8 +252,8 @@ impl Planner {
                 .map(page)
                 .fold((0.0, 0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
         };
+        let (reads, writes, traffic) = sum(0, SUBPAGES);
         if sv.whole_fast_and_settled() && !(0..SUBPAGES).any(is_hot) {
-            let (reads, writes, traffic) = sum(0, SUBPAGES);
             victims.push(sv.whole(reads, writes, traffic));
         } else {
             runs(
@@ -246,6 +267,7 @@ impl Planner {
                 },
             );
         }
+        reads + writes
     }
 
     /// Resident data never sampled: the coldest of all, whole superpages where they are whole.
@@ -289,6 +311,7 @@ impl Planner {
                         gran,
                         reads: 0.0,
                         writes: 0.0,
+                        split: 0.0,
                         traffic: 0.0,
                         read_dominant: true,
                     });
@@ -301,7 +324,8 @@ impl Planner {
 
 /// The victims of a superpage without stage-2 counters: its stage-1 heat spread evenly over its
 /// settled fast pages.
-fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>) {
+/// Returns the superpage's accesses per epoch.
+fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>) -> f64 {
     let share = |n: usize| n as f64 / SUBPAGES as f64;
     let victim = |first: usize, n: usize| {
         let f = k1 * share(n);
@@ -315,8 +339,8 @@ fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>)
             n,
         )
     };
+    let (reads, writes, traffic, _, _) = victim(0, SUBPAGES);
     if sv.whole_fast_and_settled() {
-        let (reads, writes, traffic, _, _) = victim(0, SUBPAGES);
         victims.push(sv.whole(reads, writes, traffic));
     } else {
         runs(
@@ -329,6 +353,16 @@ fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>)
                 }
             },
         );
+    }
+    reads + writes
+}
+
+/// Shares what splitting their huge page costs among the cold runs of one superpage, by length:
+/// demoting any of them splits it, and the split costs the same however much goes.
+fn share_split(runs: &mut [Victim], split: f64) {
+    let total: u64 = runs.iter().map(|v| v.len).sum();
+    for v in runs {
+        v.split = split * v.len as f64 / total as f64;
     }
 }
 
