@@ -21,7 +21,11 @@ use memtide::{
     bpf,
     sources::{
         SampleRoute, SampleRouter, TargetChannel, TargetInput,
-        perf::{ring::run_sample_ring, sampler::Sampler, swfault},
+        perf::{
+            ring::{DRAIN_INTERVAL, run_sample_ring},
+            sampler::Sampler,
+            swfault,
+        },
     },
 };
 use tokio::sync::mpsc;
@@ -146,6 +150,7 @@ fn main() {
         sampler.take_ring().expect("ring"),
         SampleRouter::new(512, Arc::clone(&counters)),
         control_rx,
+        DRAIN_INTERVAL,
     ));
     let consumer = runtime.spawn(async move {
         let mut samples = 0u64;

@@ -35,7 +35,7 @@ use crate::sources::{
         PerfSourceOptions, PerfSpecError,
         budget::KernelLimits,
         perf_spec_for,
-        ring::run_sample_ring,
+        ring::{DRAIN_INTERVAL, run_sample_ring},
         sampler::{Sampler, SamplerError},
     },
 };
@@ -159,7 +159,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         sender: Some(TargetChannel(samples_tx)),
     });
     let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let ingest = tokio::spawn(run_sample_ring(ring, router, control_rx));
+    let ingest = tokio::spawn(run_sample_ring(ring, router, control_rx, DRAIN_INTERVAL));
 
     let index: BTreeMap<u32, u64> = options
         .pids

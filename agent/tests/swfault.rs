@@ -14,7 +14,11 @@ use std::{
 
 use memtide::sources::{
     SampleRoute, SampleRouter, TargetChannel, TargetInput,
-    perf::{ring::run_sample_ring, sampler::Sampler, swfault},
+    perf::{
+        ring::{DRAIN_INTERVAL, run_sample_ring},
+        sampler::Sampler,
+        swfault,
+    },
 };
 use support::Workload;
 use tokio::sync::mpsc;
@@ -55,6 +59,7 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
             ring,
             SampleRouter::new(256, Arc::clone(&counters)),
             control_rx,
+            DRAIN_INTERVAL,
         ));
 
         assert_eq!(target.command("touch"), format!("touched {PAGES}"));

@@ -311,6 +311,7 @@ async fn start_source(
         routes: routes_rx,
         counters: Arc::clone(&agent.ingest_counters),
         batch: agent.config.sources.batch,
+        drain_every: agent.config.engine.engine.interval(),
     });
     agent.source = Some(source);
     let task = match delivery {

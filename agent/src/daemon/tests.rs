@@ -323,6 +323,27 @@ mod with_a_fake_source {
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_source_drains_at_the_configured_counting_interval() {
+        // A source whose kernel side batches wake-ups drains on a timer; samples count in the
+        // interval they are drained in, so the timer is the engine's interval, not a default.
+        let a = Sleeper::spawn();
+        let machine = Machine::new(&format!(
+            "[targets]\npids = [{}]\n[engine]\ninterval_ms = 35\n",
+            a.pid()
+        ));
+        let (daemon, source) = machine.start().await;
+        eventually("the delivery", || {
+            source.drain_every.lock().is_ok_and(|d| d.is_some())
+        })
+        .await;
+        assert_eq!(
+            *source.drain_every.lock().unwrap(),
+            Some(Duration::from_millis(35))
+        );
+        daemon.stop().await;
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_source_stopped_from_outside_is_started_again_and_counted() {
         let a = Sleeper::spawn();
         let machine = Machine::new(&format!("[targets]\npids = [{}]\n", a.pid()));

@@ -53,4 +53,7 @@ pub struct Delivery {
     pub counters: Arc<IngestCounters>,
     /// Samples per batch handed to a target.
     pub batch: usize,
+    /// How often a source drains what its kernel side has not woken it for: the engine's
+    /// counting interval, so each sample counts in the interval it arrived in.
+    pub drain_every: std::time::Duration,
 }

@@ -26,6 +26,8 @@ pub(crate) struct FakeControl {
     pub(crate) target_lists: Arc<Mutex<Vec<Vec<u32>>>>,
     /// Set to make the source report itself stopped (as a kdamond turned off from outside).
     pub(crate) stopped: Arc<AtomicBool>,
+    /// The drain period of the last delivery the daemon asked for.
+    pub(crate) drain_every: Arc<Mutex<Option<std::time::Duration>>>,
 }
 
 impl FakeControl {
@@ -47,6 +49,7 @@ impl FakeSources {
             ring,
             target_lists: Arc::default(),
             stopped: Arc::default(),
+            drain_every: Arc::default(),
         };
         let source = FakeSource {
             records: Some(records),
@@ -95,7 +98,11 @@ impl HotnessSource for FakeSource {
             mut routes,
             counters,
             batch,
+            drain_every,
         } = delivery;
+        if let Ok(mut last) = self.control.drain_every.lock() {
+            *last = Some(drain_every);
+        }
         Ok(tokio::spawn(async move {
             let mut router = SampleRouter::new(batch, counters);
             loop {

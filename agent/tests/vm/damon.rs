@@ -10,6 +10,7 @@ use std::sync::{Arc, atomic::Ordering};
 
 use memtide::sources::{
     Delivery, HotnessSource as _, SampleRoute, TargetChannel, TargetInput, damon::DamonSource,
+    perf::ring::DRAIN_INTERVAL,
 };
 use memtide_config::DamonMonitorConfig;
 use memtide_core::{engine::DamonObservation, ingest::IngestCounters};
@@ -80,6 +81,7 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
                 routes: routes_rx,
                 counters: Arc::clone(&counters),
                 batch: 512,
+                drain_every: DRAIN_INTERVAL,
             })
             .expect("start delivery");
 

@@ -8,10 +8,11 @@ use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::sources::{Delivery, SampleRoute, SampleRouter};
 
-/// How often the ring is drained when the BPF side has not woken us (it batches wake-ups):
-/// the engine's default counting interval (20 ms). Samples count in the interval they are
-/// drained in, so a longer timer would lump a lightly sampled target's samples into every
-/// second or third interval, and its reuse gaps and heat would move in steps of the timer.
+/// How often the ring is drained when the BPF side has not woken us (it batches wake-ups), by
+/// default: the engine's default counting interval (20 ms); the daemon passes its configured
+/// one. Samples count in the interval they are drained in, so a longer timer would lump a
+/// lightly sampled target's samples into every second or third interval, and its reuse gaps
+/// and heat would move in steps of the timer.
 pub const DRAIN_INTERVAL: std::time::Duration = std::time::Duration::from_millis(20);
 
 fn drain(ring: &mut RingBuf<MapData>, router: &mut SampleRouter) {
@@ -26,23 +27,26 @@ fn drain(ring: &mut RingBuf<MapData>, router: &mut SampleRouter) {
 pub fn spawn(ring: RingBuf<MapData>, delivery: Delivery) -> std::io::Result<JoinHandle<()>> {
     let router = SampleRouter::new(delivery.batch, delivery.counters);
     Ok(tokio::spawn(async move {
-        if let Err(error) = run_sample_ring(ring, router, delivery.routes).await {
+        if let Err(error) =
+            run_sample_ring(ring, router, delivery.routes, delivery.drain_every).await
+        {
             tracing::error!(%error, "the sample ring failed; no more samples arrive");
         }
     }))
 }
 
-/// Drains `ring` into `router` until `control` is closed. Returns the router (with its final
-/// batches sent) so a caller can inspect it.
+/// Drains `ring` into `router` until `control` is closed, at least every `drain_every`. Returns
+/// the router (with its final batches sent) so a caller can inspect it.
 pub async fn run_sample_ring(
     ring: RingBuf<MapData>,
     mut router: SampleRouter,
     mut control: mpsc::UnboundedReceiver<SampleRoute>,
+    drain_every: std::time::Duration,
 ) -> std::io::Result<SampleRouter> {
     let mut ring = async_fd::register_readable(ring)?;
     // The BPF side wakes us only when an eighth of the ring is full; the timer picks up the
     // rest, so a quiet target's samples wait at most one tick.
-    let mut tick = tokio::time::interval(DRAIN_INTERVAL);
+    let mut tick = tokio::time::interval(drain_every.max(std::time::Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
