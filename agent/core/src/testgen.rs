@@ -281,7 +281,8 @@ impl PlacementView for TierModel {
         }
     }
 
-    /// 4 KiB pages only; under THP `always` it cannot tell, as the daemon cannot.
+    /// 4 KiB pages only; under THP `always` it cannot tell, as the daemon cannot where the
+    /// kernel has no `PAGEMAP_SCAN` (before 6.7).
     fn huge_mapped(&self, _superpage: u64) -> Option<bool> {
         (!self.thp_always).then_some(false)
     }

@@ -43,14 +43,14 @@ fn anon_huge_bytes(pid: u32) -> u64 {
 }
 
 /// Runs an agent with `extra` configuration on `w` until `done(w, epochs)` holds for three
-/// epochs in a row or `EPOCH_BOUND` epochs pass; returns the epochs it took (None: never) and
-/// the agent's /metrics at the end.
+/// epochs in a row or `EPOCH_BOUND` epochs pass; returns the epochs it took (None: never), the
+/// agent's /metrics at the end and its plans (the log's "planned" lines).
 fn drive(
     name: &str,
     extra: &str,
     w: &mut Workload,
     mut done: impl FnMut(&mut Workload, u64) -> bool,
-) -> (Option<u64>, String) {
+) -> (Option<u64>, String, Vec<String>) {
     let started = Instant::now();
     let agent = tiering::start_agent(name, extra, w.pid, &[]);
     let mut reached = None;
@@ -76,13 +76,16 @@ fn drive(
         .expect("/metrics")
         .1;
     let (exit, log) = agent.stop();
+    let plans: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("planned"))
+        .map(|l| format!("{name}: agent: {l}"))
+        .collect();
     if reached.is_none() {
-        for line in log.lines().filter(|l| l.contains("planned")) {
-            eprintln!("{name}: agent: {line}");
-        }
+        plans.iter().for_each(|line| eprintln!("{line}"));
     }
     assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
-    (reached, metrics)
+    (reached, metrics, plans)
 }
 
 #[test]
@@ -114,36 +117,48 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
     );
     let started = Instant::now();
     let mut dense_fast = 0.0;
-    let (dense_epochs, metrics) = drive("granularity-dense", "", &mut dense, |w, epochs| {
-        dense_fast = share(&pages_on(w, &dense_spec), FAST, DENSE_HOT_PAGES);
-        eprintln!(
-            "granularity: dense t={:>5.1}s epoch {epochs:>3}: hot region {:>5.1} % on node 0",
-            started.elapsed().as_secs_f64(),
-            dense_fast * 100.0
-        );
-        dense_fast >= 0.9
-    });
+    let (dense_epochs, metrics, dense_plans) =
+        drive("granularity-dense", "", &mut dense, |w, epochs| {
+            dense_fast = share(&pages_on(w, &dense_spec), FAST, DENSE_HOT_PAGES);
+            eprintln!(
+                "granularity: dense t={:>5.1}s epoch {epochs:>3}: hot region {:>5.1} % on node 0",
+                started.elapsed().as_secs_f64(),
+                dense_fast * 100.0
+            );
+            dense_fast >= 0.9
+        });
     let node0_huge_gain =
         tiering::node_meminfo(FAST, "AnonHugePages").saturating_sub(node0_huge_before);
     let dense_huge_after = anon_huge_bytes(dense.pid);
-    let huge_moved = metrics
-        .lines()
-        .filter(|l| {
-            l.starts_with("memtide_migrated_bytes_total{")
-                && l.contains(&format!(":{}\"", dense.pid))
-                && l.contains("granularity=\"2m\"")
-        })
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum::<f64>();
+    let moved_at = |class: &str| {
+        metrics
+            .lines()
+            .filter(|l| {
+                l.starts_with("memtide_migrated_bytes_total{")
+                    && l.contains(&format!(":{}\"", dense.pid))
+                    && l.contains("direction=\"promote\"")
+                    && l.contains(&format!("granularity=\"{class}\""))
+            })
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum::<f64>()
+            / f64::from(1 << 20)
+    };
     eprintln!(
-        "granularity: dense: {:.1} % of the hot region on node 0 after {dense_epochs:?} epochs; node 0 AnonHugePages +{} MiB for a {} MiB region ({} MiB of THP in the process before, {} MiB after); memtide moved {:.0} MiB at 2 MiB granularity",
+        "granularity: dense: {:.1} % of the hot region on node 0 after {dense_epochs:?} epochs; node 0 AnonHugePages +{} MiB for a {} MiB region ({} MiB of THP in the process before, {} MiB after); memtide promoted {:.1} MiB at 2 MiB granularity, {:.2} MiB at 64 KiB, {:.2} MiB at 4 KiB",
         dense_fast * 100.0,
         node0_huge_gain >> 20,
         DENSE_HOT_PAGES / MIB_PAGES,
         dense_huge >> 20,
         dense_huge_after >> 20,
-        huge_moved / f64::from(1 << 20)
+        moved_at("2m"),
+        moved_at("64k"),
+        moved_at("4k"),
     );
+    // The plans, when the region did not move as huge pages (each plan's moves and sizes).
+    let dense_moved_huge = node0_huge_gain * 10 >= DENSE_HOT_PAGES * PAGE * 9;
+    if !dense_moved_huge {
+        dense_plans.iter().for_each(|line| eprintln!("{line}"));
+    }
     drop(dense);
 
     // Sparse, on 4 KiB pages: DAMON at a finer resolution than its default (at least 2000
@@ -177,7 +192,7 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
     );
     let started = Instant::now();
     let (mut sparse_hot_fast, mut sparse_moved) = (0.0, 0);
-    let (sparse_epochs, _) = drive(
+    let (sparse_epochs, _, _) = drive(
         "granularity-sparse",
         &format!(
             "[sources.damon]\nmin_regions = {SPARSE_MIN_REGIONS}\nmax_regions = {}\n[engine]\ndamon_weight = 4\n",
@@ -212,7 +227,7 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
         dense_fast * 100.0
     );
     assert!(
-        node0_huge_gain * 10 >= DENSE_HOT_PAGES * PAGE * 9,
+        dense_moved_huge,
         "the dense region did not move as huge pages: node 0 AnonHugePages grew by {} MiB only",
         node0_huge_gain >> 20
     );

@@ -8,7 +8,7 @@ use proptest::prelude::*;
 
 use super::*;
 use crate::{
-    engine::{AccessKind, Sample},
+    engine::{AccessKind, DamonObservation, Sample},
     policy::{
         MoveReason, PlannedMove,
         benefit::{BenefitConfig, CostModel},
@@ -1077,4 +1077,85 @@ fn moving_part_of_a_huge_page_pays_for_splitting_it() {
         ..Plan::default()
     });
     assert!(promotes_the_hot_page_of_a_busy_superpage(split, tlb));
+}
+
+/// The moves of `direction` in the plan made against `model` after ten aggregations in which
+/// DAMON saw `[start, end)` accessed (every page credited 10 reads per aggregation).
+fn moves_after_damon_saw(
+    model: &TierModel,
+    start: u64,
+    end: u64,
+    direction: Direction,
+) -> Vec<PlannedMove> {
+    let mut e = Tiering::new(cfg()).unwrap();
+    let seen = DamonObservation {
+        start,
+        end,
+        nr_accesses: 10,
+        max_nr_accesses: 20,
+        age: 0,
+    };
+    for aggregation in 1..=10 {
+        e.observe_damon(&[seen], aggregation * 50 * MS);
+    }
+    let p = e.plan(1000 * MS, model, &model.capacity());
+    p.moves
+        .into_iter()
+        .filter(|m| m.direction == direction)
+        .collect()
+}
+
+#[test]
+fn a_huge_page_only_damon_saw_moves_whole() {
+    let slow = || TierModel::new(0, 64 * MIB, Tier::Slow, 32 * MIB);
+    // A slow superpage at 32 MiB whose first three quarters DAMON saw accessed.
+    let sp = 32 * MIB;
+    let promotions =
+        |model: &TierModel| moves_after_damon_saw(model, sp, sp + 3 * MIB / 2, Direction::Promote);
+    // 4 KiB pages: DAMON's regions resolve them, and the three quarters it saw move.
+    let moves = promotions(&slow());
+    assert!(!moves.is_empty(), "{moves:?}");
+    assert!(
+        moves
+            .iter()
+            .all(|m| m.start >= sp && m.start + m.len <= sp + 3 * MIB / 2),
+        "{moves:?}"
+    );
+    // One huge page: DAMON read one accessed bit for all of it, and where its regions end
+    // inside it says nothing of which parts are hot. It moves whole.
+    let moves = promotions(&slow().with_thp());
+    assert_eq!(
+        moves
+            .iter()
+            .map(|m| (m.start, m.len, m.granularity))
+            .collect::<Vec<_>>(),
+        [(sp, 2 * MIB, Granularity::MIB_2)],
+        "{moves:?}"
+    );
+}
+
+#[test]
+fn a_huge_page_only_damon_saw_is_not_demoted_in_part() {
+    // A full fast tier of four superpages must make room: DAMON saw the first three and the
+    // first half of the fourth accessed.
+    let full = || TierModel::new(0, 8 * MIB, Tier::Fast, 8 * MIB);
+    let demotions = |model: &TierModel| moves_after_damon_saw(model, 0, 7 * MIB, Direction::Demote);
+    let last = 6 * MIB..8 * MIB;
+    // 4 KiB pages: the half DAMON did not see is the coldest data.
+    let moves = demotions(&full());
+    assert!(
+        moves
+            .iter()
+            .any(|m| m.start >= 7 * MIB && m.start + m.len <= last.end),
+        "{moves:?}"
+    );
+    // One huge page: its accessed bit covered the unseen half too.
+    let moves = demotions(&full().with_thp());
+    assert!(
+        moves.iter().all(|m| {
+            let (start, end) = (m.start, m.start + m.len);
+            end <= last.start || start >= last.end || (start <= last.start && end >= last.end)
+        }),
+        "{moves:?}"
+    );
 }

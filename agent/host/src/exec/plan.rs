@@ -101,10 +101,11 @@ impl PlacementView for TierPlacement {
         r
     }
 
-    /// Which superpages are huge is not queried (that takes kpageflags): under THP `always`
-    /// the planner presumes, else nothing is huge.
-    fn huge_mapped(&self, _superpage: u64) -> Option<bool> {
-        (!self.presumes_huge()).then_some(false)
+    /// As read with the placement (`PAGEMAP_SCAN`, Linux 6.7); where it was not, the planner
+    /// presumes under THP `always` and takes nothing for huge otherwise.
+    fn huge_mapped(&self, superpage: u64) -> Option<bool> {
+        self.huge_read(superpage)
+            .or((!self.presumes_huge()).then_some(false))
     }
 
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
@@ -233,5 +234,22 @@ mod tests {
         assert!(memtide_core::policy::splits_huge(&view, 0x20_0000, &whole));
         whole.set(0, Some(Tier::Fast));
         assert!(!memtide_core::policy::splits_huge(&view, 0x20_0000, &whole));
+    }
+
+    #[test]
+    fn huge_pages_read_from_the_kernel_override_the_presumption() {
+        const SP: u64 = SUPERPAGE_SIZE;
+        for presume in [false, true] {
+            let mut view = TierPlacement::new(vec![0]).with_huge_presumed(presume);
+            // Read: [2, 6) MiB, where the huge range from 3 MiB covers the superpage at 4 MiB
+            // whole and the one at 2 MiB only in part (so not as one huge page).
+            view.insert_huge(SP, 3 * SP, &[(SP + SP / 2, 3 * SP)]);
+            assert_eq!(view.huge_mapped(SP), Some(false), "presume {presume}");
+            assert_eq!(view.huge_mapped(2 * SP), Some(true), "presume {presume}");
+            // Not read: as before.
+            let unread = if presume { None } else { Some(false) };
+            assert_eq!(view.huge_mapped(3 * SP), unread, "presume {presume}");
+            assert_eq!(view.huge_mapped(0), unread, "presume {presume}");
+        }
     }
 }

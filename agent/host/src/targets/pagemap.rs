@@ -9,11 +9,16 @@
 //! same access to the process as numa_maps (`PTRACE_MODE_READ`), not `CAP_SYS_ADMIN`, which
 //! only the page frame numbers do.
 
-use std::{fs::File, io, os::unix::fs::FileExt as _};
+use std::{
+    fs::File,
+    io,
+    os::{fd::AsFd as _, unix::fs::FileExt as _},
+};
 
 use memtide_core::units::PAGE_SIZE;
 
 use super::{Target, TargetError};
+use crate::sys::pagemap_scan::{self, PAGE_IS_HUGE};
 
 /// Bit 63 of a pagemap entry: the page is present in RAM (Documentation/admin-guide/mm/pagemap.rst).
 const PRESENT: u64 = 1 << 63;
@@ -87,6 +92,18 @@ impl Pagemap {
             page += entries as u64;
         }
         Ok(())
+    }
+
+    /// Appends the ranges of `[start, end)` (page-aligned) that huge pages map (PMD-mapped THP,
+    /// hugetlb), in address order. `false` when the kernel cannot tell: `PAGEMAP_SCAN` needs
+    /// Linux 6.7, and the caller then falls back to presuming.
+    pub fn huge_ranges(&self, start: u64, end: u64, out: &mut Vec<(u64, u64)>) -> bool {
+        let before = out.len();
+        let known = pagemap_scan::scan(self.file.as_fd(), start, end, PAGE_IS_HUGE, out).is_ok();
+        if !known {
+            out.truncate(before);
+        }
+        known
     }
 
     /// Reads as much of `buf` as the file holds at `offset`.

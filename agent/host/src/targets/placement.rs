@@ -2,9 +2,9 @@
 //! nothing moves). This is the placement view the engine, the planner and the hit-ratio metric
 //! read, and what the executor re-queries to verify its moves.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
-use memtide_core::units::PAGE_SIZE as PAGE;
+use memtide_core::units::{PAGE_SIZE as PAGE, SUPERPAGE_SIZE};
 
 use super::{Target, TargetError};
 use crate::sys::mempolicy::{self, PageError, PageStatus, Pid};
@@ -99,8 +99,13 @@ pub struct TierPlacement {
     fast_nodes: Vec<u32>,
     /// THP maps every anonymous superpage huge on this host (`always`): the planner may
     /// presume a superpage wholly on one tier is a huge page. Otherwise (`madvise`, `never`)
-    /// it presumes none is, and charges no split for moving part of one.
+    /// it presumes none is, and charges no split for moving part of one. Only where
+    /// `huge_scanned` does not answer.
     presume_huge: bool,
+    /// Ranges whose huge pages were read (`PAGEMAP_SCAN`), `start → end`.
+    huge_scanned: BTreeMap<u64, u64>,
+    /// Superpages (2 MiB-aligned addresses) a huge page maps, within `huge_scanned`.
+    huge_superpages: BTreeSet<u64>,
 }
 
 impl TierPlacement {
@@ -111,6 +116,8 @@ impl TierPlacement {
             ranges: BTreeMap::new(),
             fast_nodes,
             presume_huge: false,
+            huge_scanned: BTreeMap::new(),
+            huge_superpages: BTreeSet::new(),
         }
     }
 
@@ -125,6 +132,26 @@ impl TierPlacement {
     #[must_use]
     pub fn presumes_huge(&self) -> bool {
         self.presume_huge
+    }
+
+    /// Records that huge pages map exactly the whole superpages of `huge` within `[start,
+    /// end)`, as read from the kernel.
+    pub fn insert_huge(&mut self, start: u64, end: u64, huge: &[(u64, u64)]) {
+        self.huge_scanned.insert(start, end);
+        for &(from, to) in huge {
+            let first = from.next_multiple_of(SUPERPAGE_SIZE);
+            self.huge_superpages.extend(
+                (first..to.saturating_sub(SUPERPAGE_SIZE - 1)).step_by(SUPERPAGE_SIZE as usize),
+            );
+        }
+    }
+
+    /// Whether a huge page maps the superpage at `superpage`, where that was read (`None`:
+    /// not read, see [`Self::presumes_huge`]).
+    #[must_use]
+    pub fn huge_read(&self, superpage: u64) -> Option<bool> {
+        let (_, &end) = self.huge_scanned.range(..=superpage).next_back()?;
+        (superpage + SUPERPAGE_SIZE <= end).then(|| self.huge_superpages.contains(&superpage))
     }
 
     /// The nodes that count as fast.
@@ -142,7 +169,9 @@ impl TierPlacement {
     /// [`QUERY_BATCH`] pages per call whatever the ranges' sizes: ten thousand single sampled
     /// pages cost ten calls, not ten thousand. The pages of ranges of [`PRESENCE_MIN_PAGES`]
     /// or more that pagemap says are not present are not asked about: they read as not
-    /// present, as move_pages would have said. Returns the number of pages asked about.
+    /// present, as move_pages would have said. For ranges of a superpage or more it also reads
+    /// which superpages huge pages map (see [`Self::huge_read`]). Returns the number of pages
+    /// asked about.
     pub fn query_all(
         &mut self,
         target: &Target,
@@ -157,7 +186,15 @@ impl TierPlacement {
             .flatten();
         let mut pages: Vec<usize> = Vec::new();
         let mut present_of_range = Vec::with_capacity(ranges.len());
+        let mut huge = Vec::new();
         for range @ &(start, end) in ranges {
+            // Which of its superpages huge pages map: moving part of one splits it.
+            if let Some(pagemap) = pagemap.as_ref().filter(|_| end - start >= SUPERPAGE_SIZE) {
+                huge.clear();
+                if pagemap.huge_ranges(start, end, &mut huge) {
+                    self.insert_huge(start, end, &huge);
+                }
+            }
             let addrs = (start..end).step_by(PAGE as usize);
             let present = pagemap
                 .as_mut()
@@ -340,15 +377,26 @@ mod tests {
     /// A python child with 64 MiB of anonymous memory, one page touched in each MiB; returns
     /// the child and the mapping's start.
     fn sparse_child() -> Option<(std::process::Child, u64)> {
+        python_child(
+            "MADV_NOHUGEPAGE",
+            "for i in range(64):\n    m[i << 20] = 1\n",
+        )
+    }
+
+    /// A python child with 64 MiB of anonymous memory under THP `advice`, touched by `touch`
+    /// (Python lines using `m`); returns the child and the mapping's start.
+    fn python_child(advice: &str, touch: &str) -> Option<(std::process::Child, u64)> {
         use std::io::BufRead as _;
-        let script = "import mmap, sys, time\n\
-                      m = mmap.mmap(-1, 64 << 20)\n\
-                      m.madvise(mmap.MADV_NOHUGEPAGE)\n\
-                      for i in range(64):\n    m[i << 20] = 1\n\
-                      print('touched', flush=True)\n\
-                      time.sleep(60)\n";
+        let script = format!(
+            "import mmap, sys, time\n\
+             m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n\
+             m.madvise(mmap.{advice})\n\
+             {touch}\
+             print('touched', flush=True)\n\
+             time.sleep(60)\n"
+        );
         let Ok(mut child) = std::process::Command::new("python3")
-            .args(["-c", script])
+            .args(["-c", &script])
             .stdout(std::process::Stdio::piped())
             .spawn()
         else {
@@ -398,6 +446,58 @@ mod tests {
             assert_eq!(
                 whole.status(untouched),
                 Some(PageStatus::Error(PageError::NotPresent))
+            );
+        }
+    }
+
+    #[test]
+    fn a_query_reads_which_superpages_huge_pages_map() {
+        // The first 8 MiB written page by page, under MADV_HUGEPAGE.
+        let Some((mut child, start)) = python_child(
+            "MADV_HUGEPAGE",
+            "for i in range(2048):\n    m[i << 12] = 1\n",
+        ) else {
+            return;
+        };
+        let target = Target::open(child.id()).unwrap();
+        let end = start + (64 << 20);
+        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", child.id())).unwrap();
+        let mut view = TierPlacement::new(vec![0]);
+        let queried = view.query_all(&target, &[(start, end)]);
+        let _ = child.kill();
+        let _ = child.wait();
+        queried.unwrap();
+        let anon_huge = smaps
+            .lines()
+            .skip_while(|l| !l.starts_with(&format!("{start:x}-")))
+            .find_map(|l| l.strip_prefix("AnonHugePages:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            .expect("the mapping's AnonHugePages")
+            << 10;
+        let superpages: Vec<u64> = (start.next_multiple_of(SUPERPAGE_SIZE)..end)
+            .step_by(SUPERPAGE_SIZE as usize)
+            .filter(|sp| sp + SUPERPAGE_SIZE <= end)
+            .collect();
+        let answers: Vec<Option<bool>> = superpages.iter().map(|&sp| view.huge_read(sp)).collect();
+        if answers.iter().all(Option::is_none) {
+            println!("skipped: this kernel has no PAGEMAP_SCAN (Linux 6.7+)");
+            return;
+        }
+        assert!(answers.iter().all(Option::is_some), "{answers:?}");
+        let huge = answers.iter().filter(|&&a| a == Some(true)).count() as u64;
+        assert_eq!(huge * SUPERPAGE_SIZE, anon_huge, "{answers:?}");
+        // Untouched superpages are no huge pages.
+        let untouched = superpages
+            .iter()
+            .position(|&sp| sp >= start + (8 << 20))
+            .unwrap();
+        assert!(
+            answers[untouched..].iter().all(|&a| a == Some(false)),
+            "{answers:?}"
+        );
+        if anon_huge == 0 {
+            println!(
+                "no THP was allocated for the child: only the agreement with smaps was checked"
             );
         }
     }

@@ -130,7 +130,8 @@ impl Planner {
     /// else per accessed page. A whole that does not pass Eq. (1) offers no parts: where the
     /// samples do not show the superpage sparse they cannot rank its pages (a sweep's ranked
     /// pages are the ones it already left). Parts of a huge page pay for splitting it
-    /// together, each in proportion to its benefit; when they cannot, none is offered.
+    /// together, each in proportion to its benefit; when they cannot, none is offered. A huge
+    /// page only DAMON saw offers no parts.
     fn region_candidates(
         &self,
         pc: &PolicyConfig,
@@ -149,8 +150,11 @@ impl Planner {
                 out.push(c);
             }
         };
-        // Whole when it pays; when it does not, its dense parts still may.
-        if g.moves_whole(target, ctx.region) {
+        // Whole when it pays; when it does not, its dense parts still may. DAMON's credits
+        // cannot rank the parts of a huge page (one accessed bit covers them all, and the
+        // credits follow region boundaries): it moves whole or not at all.
+        let blind = !ctx.region.sampled && ctx.splits_huge && !g.fixed;
+        if blind || g.moves_whole(target, ctx.region) {
             push(0, SUBPAGES, Granularity::MIB_2);
             return;
         }
@@ -249,13 +253,20 @@ fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u
             accessed[i / 64] |= 1 << (i % 64);
         }
     }
+    let residency = view.residency(superpage_base(sp));
+    let sampled = hot.sampled(slot);
+    // A page-table scan reads one accessed bit for all 512 pages of a huge page, as DAMON's
+    // checks do: where DAMON's credits cover any of it, all of it was seen accessed.
+    if !sampled && accessed != [0; 8] && splits_huge(view, superpage_base(sp), &residency) {
+        accessed = [u64::MAX; 8];
+    }
     ScanRegion {
         sp,
         accessed,
-        residency: view.residency(superpage_base(sp)),
+        residency,
         density_scale: hot.density_scale(slot),
         coverage: hot.sample_coverage(slot),
-        sampled: hot.sampled(slot),
+        sampled,
         hot: hot
             .superpage(sp)
             .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),

@@ -95,6 +95,9 @@ struct SuperpageVictims<'a> {
     granule: Granularity,
     /// Demoting part of it splits a huge page.
     splits_huge: bool,
+    /// A huge page only DAMON saw: its credits cannot tell its cold parts from its hot ones
+    /// (one accessed bit covers them all), so it is demoted whole or not at all.
+    blind: bool,
 }
 
 impl SuperpageVictims<'_> {
@@ -176,6 +179,7 @@ impl Planner {
             }
             // Stage 2 says which pages carry the traffic; without it assume it is spread evenly.
             traffic.fast += acc * fast_fraction(hot, rec.slot, &residency);
+            let huge = splits_huge(view, superpage_base(rec.sp), &residency);
             let sv = SuperpageVictims {
                 rec,
                 residency,
@@ -194,7 +198,11 @@ impl Planner {
                     hot.write_factor(),
                 ) == Domain::ReadDominant,
                 granule,
-                splits_huge: splits_huge(view, superpage_base(rec.sp), &residency),
+                splits_huge: huge,
+                blind: huge
+                    && rec.slot != NO_SLOT
+                    && !hot.sampled(rec.slot)
+                    && !pc.granularity.fixed,
             };
             let first = victims.len();
             let accesses = if rec.slot == NO_SLOT {
@@ -255,7 +263,7 @@ impl Planner {
         let (reads, writes, traffic) = sum(0, SUBPAGES);
         if sv.whole_fast_and_settled() && !(0..SUBPAGES).any(is_hot) {
             victims.push(sv.whole(reads, writes, traffic));
-        } else {
+        } else if !sv.blind {
             runs(
                 &sv.residency,
                 |p| sv.settled(p) && !is_hot(p),
