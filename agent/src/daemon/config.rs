@@ -83,11 +83,11 @@ pub(super) fn reload(
     let mut config = Config::load(path)?;
     config.validate(path, Some(&tiered.topology))?;
     config.apply_kubernetes_env(|name| std::env::var(name).ok());
-    if config.targets.pod_selector != running.targets.pod_selector
-        || config.kubernetes != running.kubernetes
-    {
+    let later = applied_at_next_start(running, &config);
+    if !later.is_empty() {
         tracing::warn!(
-            "SIGHUP: [targets] pod_selector and [kubernetes] take effect at the next start; the pod list keeps its current settings"
+            settings = later.join("; "),
+            "SIGHUP: these settings take effect at the next start; until then the running ones stay in force"
         );
     }
     config.agent.observe |= command_line.observe;
@@ -102,6 +102,30 @@ pub(super) fn reload(
         }
     }
     Ok(config)
+}
+
+/// What `new` changes that a reload cannot apply: the pod list, the sample sources and the
+/// interval they drain at are set up once, at start. Targets found after the reload count at
+/// the new `[engine] interval_ms`; the sources keep draining at the old one.
+pub(super) fn applied_at_next_start(running: &Config, new: &Config) -> Vec<&'static str> {
+    // New targets' queues take the new length at once.
+    let sources = |c: &Config| memtide_config::SourcesConfig {
+        queue_batches: 0,
+        ..c.sources.clone()
+    };
+    let mut later = Vec::new();
+    if new.targets.pod_selector != running.targets.pod_selector
+        || new.kubernetes != running.kubernetes
+    {
+        later.push("[targets] pod_selector and [kubernetes] (the pod list)");
+    }
+    if sources(new) != sources(running) {
+        later.push("[sources] (the sample sources)");
+    }
+    if new.engine.engine.interval_ms != running.engine.engine.interval_ms {
+        later.push("[engine] interval_ms for the sample sources' draining");
+    }
+    later
 }
 
 /// Why the agent only observes, if it does.
@@ -123,4 +147,27 @@ pub(super) fn observe_reason(config: &Config, tiered: &TieredTopology) -> Option
         );
     }
     None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_reload_names_what_only_the_next_start_applies() {
+        let running = Config::default();
+        assert!(applied_at_next_start(&running, &running.clone()).is_empty());
+        // Targets, limits and a new queue length apply at once.
+        let mut new = running.clone();
+        new.targets.pids.push(42);
+        new.sources.queue_batches += 1;
+        new.engine.policy.benefit.threshold_ns += 1.0;
+        assert!(applied_at_next_start(&running, &new).is_empty());
+        // The sources and the interval they drain at are set up once.
+        new.sources.batch += 1;
+        new.engine.engine.interval_ms += 10;
+        let later = applied_at_next_start(&running, &new);
+        assert_eq!(later.len(), 2, "{later:?}");
+        assert!(later[0].starts_with("[sources]") && later[1].contains("interval_ms"));
+    }
 }
