@@ -83,7 +83,9 @@ pub(super) fn reload(
     let mut config = Config::load(path)?;
     config.validate(path, Some(&tiered.topology))?;
     config.apply_kubernetes_env(|name| std::env::var(name).ok());
-    let later = applied_at_next_start(running, &config);
+    let later = applied_at_next_start(running, &config, command_line.listen.is_some());
+    // The HTTP server stays where it is bound.
+    config.agent.listen = running.agent.listen;
     if !later.is_empty() {
         tracing::warn!(
             settings = later.join("; "),
@@ -104,16 +106,35 @@ pub(super) fn reload(
     Ok(config)
 }
 
-/// What `new` changes that a reload cannot apply: the pod list, the sample sources and the
-/// interval they drain at are set up once, at start. Targets found after the reload count at
-/// the new `[engine] interval_ms`; the sources keep draining at the old one.
-pub(super) fn applied_at_next_start(running: &Config, new: &Config) -> Vec<&'static str> {
+/// What `new` changes that a reload cannot apply: the HTTP server, the log format, the check
+/// for other page movers, the pod list, the sample sources and the interval they drain at are
+/// set up once, at start. Targets found after the reload count at the new `[engine]
+/// interval_ms`; the sources keep draining at the old one. `running` listens where its server
+/// is bound (port 0 in the file binds any); `listen_from_command_line`: `--listen` overrides
+/// the file's.
+pub(super) fn applied_at_next_start(
+    running: &Config,
+    new: &Config,
+    listen_from_command_line: bool,
+) -> Vec<&'static str> {
     // New targets' queues take the new length at once.
     let sources = |c: &Config| memtide_config::SourcesConfig {
         queue_batches: 0,
         ..c.sources.clone()
     };
     let mut later = Vec::new();
+    let (want, bound) = (new.agent.listen, running.agent.listen);
+    if !listen_from_command_line
+        && (want.ip() != bound.ip() || (want.port() != 0 && want.port() != bound.port()))
+    {
+        later.push("[agent] listen (the HTTP server)");
+    }
+    if new.agent.log_format != running.agent.log_format {
+        later.push("[agent] log_format");
+    }
+    if new.agent.on_conflict != running.agent.on_conflict {
+        later.push("[agent] on_conflict (checked at start)");
+    }
     if new.targets.pod_selector != running.targets.pod_selector
         || new.kubernetes != running.kubernetes
     {
@@ -151,23 +172,48 @@ pub(super) fn observe_reason(config: &Config, tiered: &TieredTopology) -> Option
 
 #[cfg(test)]
 mod tests {
+    use memtide_config::LogFormat;
+
     use super::*;
 
     #[test]
     fn a_reload_names_what_only_the_next_start_applies() {
+        let later = |running: &Config, new: &Config| applied_at_next_start(running, new, false);
         let running = Config::default();
-        assert!(applied_at_next_start(&running, &running.clone()).is_empty());
+        assert!(later(&running, &running.clone()).is_empty());
         // Targets, limits and a new queue length apply at once.
         let mut new = running.clone();
         new.targets.pids.push(42);
         new.sources.queue_batches += 1;
         new.engine.policy.benefit.threshold_ns += 1.0;
-        assert!(applied_at_next_start(&running, &new).is_empty());
+        assert!(later(&running, &new).is_empty());
         // The sources and the interval they drain at are set up once.
         new.sources.batch += 1;
         new.engine.engine.interval_ms += 10;
-        let later = applied_at_next_start(&running, &new);
-        assert_eq!(later.len(), 2, "{later:?}");
-        assert!(later[0].starts_with("[sources]") && later[1].contains("interval_ms"));
+        let named = later(&running, &new);
+        assert_eq!(named.len(), 2, "{named:?}");
+        assert!(named[0].starts_with("[sources]") && named[1].contains("interval_ms"));
+    }
+
+    #[test]
+    fn a_reload_names_a_new_listen_address_unless_it_is_where_the_server_is() {
+        let mut running = Config::default();
+        running.agent.listen = "127.0.0.1:40123".parse().unwrap();
+        let mut new = running.clone();
+        // Port 0 asks for any port: the server bound one.
+        new.agent.listen = "127.0.0.1:0".parse().unwrap();
+        assert!(applied_at_next_start(&running, &new, false).is_empty());
+        new.agent.listen = "127.0.0.1:9477".parse().unwrap();
+        assert_eq!(
+            applied_at_next_start(&running, &new, false),
+            ["[agent] listen (the HTTP server)"]
+        );
+        // `--listen` decides, whatever the file says.
+        assert!(applied_at_next_start(&running, &new, true).is_empty());
+        new.agent.log_format = LogFormat::Json;
+        assert_eq!(
+            applied_at_next_start(&running, &new, true),
+            ["[agent] log_format"]
+        );
     }
 }
