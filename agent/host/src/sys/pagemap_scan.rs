@@ -153,17 +153,17 @@ mod tests {
         }
     }
 
-    /// `AnonHugePages` of this process's mapping that starts at `start`, from smaps.
+    /// `AnonHugePages` of this process's mapping that starts at `start`, in bytes.
     fn smaps_anon_huge(start: usize) -> u64 {
-        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
-        let header = format!("{start:x}-");
-        smaps
-            .lines()
-            .skip_while(|l| !l.starts_with(&header))
-            .find_map(|l| l.strip_prefix("AnonHugePages:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("the mapping's AnonHugePages in /proc/self/smaps")
-            * 1024
+        let path = std::path::Path::new("/proc/self/smaps");
+        let text = std::fs::read_to_string(path).unwrap();
+        crate::targets::smaps::parse(path, &text)
+            .unwrap()
+            .into_iter()
+            .find(|e| e.mapping.start == start as u64)
+            .expect("the mapping in /proc/self/smaps")
+            .anon_huge_kb
+            << 10
     }
 
     #[test]

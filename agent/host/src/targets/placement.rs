@@ -461,18 +461,18 @@ mod tests {
         };
         let target = Target::open(child.id()).unwrap();
         let end = start + (64 << 20);
-        let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", child.id())).unwrap();
+        let smaps = target.smaps();
         let mut view = TierPlacement::new(vec![0]);
         let queried = view.query_all(&target, &[(start, end)]);
         let _ = child.kill();
         let _ = child.wait();
         queried.unwrap();
         let anon_huge = smaps
-            .lines()
-            .skip_while(|l| !l.starts_with(&format!("{start:x}-")))
-            .find_map(|l| l.strip_prefix("AnonHugePages:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            .expect("the mapping's AnonHugePages")
+            .unwrap()
+            .into_iter()
+            .find(|e| e.mapping.start == start)
+            .expect("the mapping in smaps")
+            .anon_huge_kb
             << 10;
         let superpages: Vec<u64> = (start.next_multiple_of(SUPERPAGE_SIZE)..end)
             .step_by(SUPERPAGE_SIZE as usize)

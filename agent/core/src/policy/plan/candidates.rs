@@ -68,16 +68,16 @@ impl Planner {
         epoch: u64,
     ) -> Vec<Candidate> {
         let live = hot.stage2_superpages();
-        let regions: Vec<ScanRegion> = live
+        let (regions, huge): (Vec<ScanRegion>, Vec<bool>) = live
             .iter()
             .map(|&(slot, sp)| scan_region(hot, view, slot, sp))
-            .collect();
+            .unzip();
         self.granularity.update(&self.cfg.granularity, &regions);
         let target = self.granularity.current();
         let pc = &self.cfg;
         let write_first = pc.rw.write_priority && costs.writes_cost_more();
         let mut candidates = Vec::new();
-        for (&(slot, sp), region) in live.iter().zip(&regions) {
+        for ((&(slot, sp), region), splits_huge) in live.iter().zip(&regions).zip(huge) {
             let blocked = self.marks.reversed_pages(
                 sp,
                 Direction::Promote,
@@ -112,7 +112,7 @@ impl Planner {
                 blocked: &blocked,
                 min_counts: f64::from(pc.benefit.min_samples),
                 class,
-                splits_huge: splits_huge(view, superpage_base(sp), &region.residency),
+                splits_huge,
             };
             self.region_candidates(pc, costs, target, &ctx, &mut candidates);
         }
@@ -244,8 +244,13 @@ impl Planner {
 }
 
 /// What Ryoo's scans see of one stage-2 superpage: its accessed pages, where its pages are, and
-/// how many pages the sampled ones stand for.
-fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u64) -> ScanRegion {
+/// how many pages the sampled ones stand for; and whether moving part of it splits a huge page.
+fn scan_region(
+    hot: &HotnessView<'_>,
+    view: &dyn PlacementView,
+    slot: u32,
+    sp: u64,
+) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
     let mut accessed = [0u64; 8];
     for i in 0..SUBPAGES {
@@ -255,12 +260,13 @@ fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u
     }
     let residency = view.residency(superpage_base(sp));
     let sampled = hot.sampled(slot);
+    let huge = splits_huge(view, superpage_base(sp), &residency);
     // A page-table scan reads one accessed bit for all 512 pages of a huge page, as DAMON's
     // checks do: where DAMON's credits cover any of it, all of it was seen accessed.
-    if !sampled && accessed != [0; 8] && splits_huge(view, superpage_base(sp), &residency) {
+    if !sampled && accessed != [0; 8] && huge {
         accessed = [u64::MAX; 8];
     }
-    ScanRegion {
+    let region = ScanRegion {
         sp,
         accessed,
         residency,
@@ -270,5 +276,6 @@ fn scan_region(hot: &HotnessView<'_>, view: &dyn PlacementView, slot: u32, sp: u
         hot: hot
             .superpage(sp)
             .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
-    }
+    };
+    (region, huge)
 }
