@@ -8,8 +8,8 @@ use std::time::Instant;
 use memtide_core::units::Direction;
 use memtide_host::{
     exec::{
-        AbortReason, Backend, ExecConfig, ExecError, Executor, KernelBackend, MoveRequest,
-        thp::SplitOutcome,
+        AbortReason, Backend, ExecConfig, ExecError, Executor, HugeRange, KernelBackend,
+        MoveRequest, thp::SplitOutcome,
     },
     sys::mempolicy::{self, PageStatus, Pid},
     sysfs::HostRoot,
@@ -173,8 +173,8 @@ impl Backend for KillAfterFirstMove<'_> {
     fn node_room(&mut self, node: u32) -> Result<Option<(u64, u64)>, ExecError> {
         self.inner.node_room(node)
     }
-    fn huge_mappings(&mut self) -> Result<Vec<(u64, u64, bool)>, ExecError> {
-        self.inner.huge_mappings()
+    fn huge_mappings(&mut self, ranges: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError> {
+        self.inner.huge_mappings(ranges)
     }
     fn split_huge(&mut self, start: u64, end: u64) -> SplitOutcome {
         self.inner.split_huge(start, end)

@@ -15,4 +15,6 @@ pub mod probe;
 pub mod sys;
 pub mod sysfs;
 pub mod targets;
+#[cfg(test)]
+mod test_child;
 pub mod topology;

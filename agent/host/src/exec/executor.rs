@@ -26,7 +26,7 @@ use memtide_core::units::{Direction, PAGE_SIZE as PAGE, SUBPAGES};
 use serde::{Deserialize, Serialize};
 
 use super::{
-    ExecError,
+    ExecError, HugeRange,
     ratelimit::TokenBucket,
     thp::{HUGE_PAGE, SplitOutcome, huge_cover},
 };
@@ -115,8 +115,9 @@ pub trait Backend {
     /// `(free bytes, floor)` of `node`, the floor being its high watermark; `None` when the
     /// node does not exist.
     fn node_room(&mut self, node: u32) -> Result<Option<(u64, u64)>, ExecError>;
-    /// Address ranges of the target's mappings that hold huge pages (THP or hugetlb).
-    fn huge_mappings(&mut self) -> Result<Vec<(u64, u64, bool)>, ExecError>;
+    /// The huge pages (THP or hugetlb) in and around `ranges`, each `[start, end)`: the
+    /// superpages they map, or whole mappings holding some where the kernel cannot say which.
+    fn huge_mappings(&mut self, ranges: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError>;
     /// Splits the huge pages in `[start, end)`.
     fn split_huge(&mut self, start: u64, end: u64) -> SplitOutcome;
     /// `MADV_COLLAPSE` on `[start, start + len)`.
@@ -399,11 +400,12 @@ impl Executor {
                 }));
             }
         }
-        let huge = if requests.iter().any(|r| r.len > 0) {
-            backend.huge_mappings()?
-        } else {
-            Vec::new()
-        };
+        let moved: Vec<(u64, u64)> = requests
+            .iter()
+            .filter(|r| r.len > 0)
+            .map(|r| (r.start, r.start + r.len))
+            .collect();
+        let huge = backend.huge_mappings(&moved)?;
         let in_huge = |start: u64, end: u64| {
             huge.iter()
                 .find(|&&(s, e, _)| s < end && start < e)
@@ -746,7 +748,7 @@ mod tests {
         pages: BTreeMap<u64, u32>,
         /// Heads of chunks backed by an unsplit THP.
         thp: BTreeSet<u64>,
-        huge_mappings: Vec<(u64, u64, bool)>,
+        huge_mappings: Vec<HugeRange>,
         /// node → (free, floor)
         nodes: BTreeMap<u32, (u64, u64)>,
         /// Pages that answer EBUSY this many more times.
@@ -871,7 +873,7 @@ mod tests {
             Ok(self.nodes.get(&node).copied())
         }
 
-        fn huge_mappings(&mut self) -> Result<Vec<(u64, u64, bool)>, ExecError> {
+        fn huge_mappings(&mut self, _: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError> {
             Ok(self.huge_mappings.clone())
         }
 

@@ -10,6 +10,7 @@
 
 pub mod coexist;
 pub mod executor;
+mod huge;
 pub mod launch;
 mod plan;
 pub mod ratelimit;
@@ -21,6 +22,7 @@ use std::collections::BTreeMap;
 pub use self::executor::{
     AbortReason, Backend, DirectionReport, ExecConfig, ExecReport, Executor, MoveRequest,
 };
+pub use self::huge::HugeRange;
 // The only dependency on `policy` (drop this line and `mod plan;` to build without it).
 pub use self::plan::{TierNodes, requests_by_node, requests_from_plan};
 use crate::{
@@ -42,7 +44,8 @@ pub enum ExecError {
 }
 
 /// The real [`Backend`]: move_pages on a live [`Target`], free memory from sysfs, watermarks
-/// from `/proc/zoneinfo`, huge pages from smaps, splits through debugfs.
+/// from `/proc/zoneinfo`, huge pages from `PAGEMAP_SCAN` (smaps where it cannot tell), splits
+/// through debugfs.
 #[derive(Debug)]
 pub struct KernelBackend<'a> {
     target: &'a Target,
@@ -118,14 +121,8 @@ impl Backend for KernelBackend<'_> {
         Ok(Some((free, floor)))
     }
 
-    fn huge_mappings(&mut self) -> Result<Vec<(u64, u64, bool)>, ExecError> {
-        Ok(self
-            .target
-            .smaps()?
-            .into_iter()
-            .filter(|e| e.has_huge_pages() && e.is_migratable())
-            .map(|e| (e.mapping.start, e.mapping.end, e.is_hugetlb()))
-            .collect())
+    fn huge_mappings(&mut self, ranges: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError> {
+        huge::huge_ranges(self.target, ranges)
     }
 
     fn split_huge(&mut self, start: u64, end: u64) -> thp::SplitOutcome {

@@ -373,6 +373,7 @@ impl TierPlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_child::{huge_child, python_child};
 
     /// A python child with 64 MiB of anonymous memory, one page touched in each MiB; returns
     /// the child and the mapping's start.
@@ -381,40 +382,6 @@ mod tests {
             "MADV_NOHUGEPAGE",
             "for i in range(64):\n    m[i << 20] = 1\n",
         )
-    }
-
-    /// A python child with 64 MiB of anonymous memory under THP `advice`, touched by `touch`
-    /// (Python lines using `m`); returns the child and the mapping's start.
-    fn python_child(advice: &str, touch: &str) -> Option<(std::process::Child, u64)> {
-        use std::io::BufRead as _;
-        let script = format!(
-            "import mmap, sys, time\n\
-             m = mmap.mmap(-1, 64 << 20, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)\n\
-             m.madvise(mmap.{advice})\n\
-             {touch}\
-             print('touched', flush=True)\n\
-             time.sleep(60)\n"
-        );
-        let Ok(mut child) = std::process::Command::new("python3")
-            .args(["-c", &script])
-            .stdout(std::process::Stdio::piped())
-            .spawn()
-        else {
-            eprintln!("skipped: no python3 to run a sparse target");
-            return None;
-        };
-        let mut line = String::new();
-        std::io::BufReader::new(child.stdout.take().unwrap())
-            .read_line(&mut line)
-            .unwrap();
-        assert_eq!(line.trim(), "touched");
-        let maps = std::fs::read_to_string(format!("/proc/{}/maps", child.id())).unwrap();
-        let start = maps.lines().find_map(|l| {
-            let (start, end) = l.split_whitespace().next()?.split_once('-')?;
-            let start = u64::from_str_radix(start, 16).ok()?;
-            (u64::from_str_radix(end, 16).ok()? - start == 64 << 20).then_some(start)
-        });
-        Some((child, start.expect("the 64 MiB mapping")))
     }
 
     #[test]
@@ -452,28 +419,16 @@ mod tests {
 
     #[test]
     fn a_query_reads_which_superpages_huge_pages_map() {
-        // The first 8 MiB written page by page, under MADV_HUGEPAGE.
-        let Some((mut child, start)) = python_child(
-            "MADV_HUGEPAGE",
-            "for i in range(2048):\n    m[i << 12] = 1\n",
-        ) else {
+        let Some((mut child, start, anon_huge)) = huge_child() else {
             return;
         };
         let target = Target::open(child.id()).unwrap();
         let end = start + (64 << 20);
-        let smaps = target.smaps();
         let mut view = TierPlacement::new(vec![0]);
         let queried = view.query_all(&target, &[(start, end)]);
         let _ = child.kill();
         let _ = child.wait();
         queried.unwrap();
-        let anon_huge = smaps
-            .unwrap()
-            .into_iter()
-            .find(|e| e.mapping.start == start)
-            .expect("the mapping in smaps")
-            .anon_huge_kb
-            << 10;
         let superpages: Vec<u64> = (start.next_multiple_of(SUPERPAGE_SIZE)..end)
             .step_by(SUPERPAGE_SIZE as usize)
             .filter(|sp| sp + SUPERPAGE_SIZE <= end)
