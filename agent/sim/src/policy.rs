@@ -171,6 +171,8 @@ impl SimPolicy for EnginePolicy {
             granularity = plan.granularity.bytes(),
             next_epoch_ms = ms(plan.epoch),
             epoch_change = ?plan.epoch_change,
+            bandwidth_bound = plan.bandwidth_bound,
+            fast_share = ?plan.fast_share,
             "{}: plan",
             self.name
         );

@@ -25,7 +25,9 @@ pub struct BandwidthConfig {
     pub bound_fraction: f64,
     /// Bytes moved per sampled access (one cache line). Default 64.
     pub bytes_per_access: u64,
-    /// Slack above the target fast share before bandwidth demotions start. Default 0.05.
+    /// Slack above the target fast share before bandwidth demotions start; they bring the share
+    /// back to the target, and promotions stop at it, so data is not handed back and promoted
+    /// again at one edge. Default 0.05.
     pub share_tolerance: f64,
 }
 

@@ -389,6 +389,65 @@ fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
 }
 
 #[test]
+fn a_fast_tier_serving_past_its_bandwidth_share_hands_data_back() {
+    let mut c = cfg();
+    c.policy.bandwidth.fast_gbps = 0.2;
+    c.policy.bandwidth.slow_gbps = 0.08;
+    let mut e = Tiering::new(c.clone()).unwrap();
+    let mut g = TraceGen::new(
+        4,
+        Pattern::Clustered64K {
+            blocks: 64,
+            pages: 16,
+        },
+        0,
+        256 * MIB,
+    );
+    g.hot_share = 1.0;
+    g.weight = 64;
+    // Everything starts fast: the fast tier serves all the traffic, past its share.
+    let mut model = TierModel::new(0, 256 * MIB, Tier::Fast, GIB);
+    let costs = CostModel::new(&c.policy.benefit, &model.capacity());
+    let plans = drive(&mut e, &mut g, &mut model, 200, 3000, 10);
+    let handed_back = |p: &Plan| -> u64 {
+        p.moves
+            .iter()
+            .filter(|m| m.reason == MoveReason::Bandwidth)
+            .map(|m| m.len)
+            .sum()
+    };
+    let first_hand_back = plans
+        .iter()
+        .position(|p| handed_back(p) > 0)
+        .unwrap_or_else(|| panic!("nothing handed back: {plans:?}"));
+    // Expected to cost what any demotion does: its accesses, now slow, and the write-back.
+    for m in plans.iter().flat_map(|p| &p.moves) {
+        if m.reason == MoveReason::Bandwidth {
+            assert_eq!(m.direction, Direction::Demote);
+            assert!(m.expected_benefit <= -costs.writeback_cost(m.len), "{m:?}");
+        }
+    }
+    // The hot blocks it hands back bring the fast tier's share down to the target (within the
+    // tolerance): handing back cold data, which carries no traffic, would not.
+    assert_eq!(plans[0].fast_share, Some(1.0), "{:?}", plans[0]);
+    let tolerance = c.policy.bandwidth.share_tolerance;
+    let settled = &plans[first_hand_back + 1..];
+    assert!(settled.len() >= 10, "{} plans", plans.len());
+    for p in settled {
+        let (f, share) = (p.fast_share_target.unwrap(), p.fast_share.unwrap());
+        assert!(
+            (f - tolerance..=f + tolerance).contains(&share),
+            "fast share {share} vs target {f}: {p:?}"
+        );
+        // Inside the band nothing moves for the share: promotions stop at the target and
+        // hand-backs start above it plus the tolerance (the same data used to go back and
+        // forth at one edge, a hand-back every third plan).
+        assert_eq!(handed_back(p), 0, "{p:?}");
+        assert_eq!(p.promote_bytes, 0, "{p:?}");
+    }
+}
+
+#[test]
 fn epoch_shortens_for_a_shrinking_working_set() {
     let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 1600;

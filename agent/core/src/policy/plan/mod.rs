@@ -288,24 +288,26 @@ impl Planner {
             None
         };
         let needs_victims = demand > 0 || would_promote > promote_room || bound;
-        let (victims, traffic) = if needs_victims {
-            self.collect_victims(hot, &costs, view, epoch, scale)
+        let evictable = if needs_victims {
+            self.collect_victims(hot, &costs, view, (epoch, scale), share_target.is_some())
         } else {
-            (Vec::new(), victims::Traffic::default())
+            victims::Evictable::default()
         };
+        let traffic = evictable.traffic;
 
         let mut selection = Selection::new(
             &costs,
             &self.threshold,
-            victims,
+            evictable,
             promote_room,
             (promote_budget, demote_budget),
-            traffic.fast,
             hot.units.read.min(hot.units.write),
         );
         selection.demote_to_watermark(demand);
         let tolerance = pc.bandwidth.share_tolerance;
-        let share_limit = share_target.map(|f| (f + tolerance) * traffic.total);
+        // Promotions fill up to the share, hand-backs start above the share plus the tolerance:
+        // between the two, estimates of the traffic that moves may err without moving it back.
+        let share_limit = share_target.map(|f| f * traffic.total);
         selection.promote(&candidates, share_limit);
         let fast_share = selection.hand_back_bandwidth(share_target, tolerance, traffic.total);
 

@@ -7,13 +7,17 @@
 
 use std::collections::BTreeSet;
 
-use super::{MoveReason, PlannedMove, candidates::Candidate, victims::Victim};
+use super::{
+    MoveReason, PlannedMove,
+    candidates::Candidate,
+    victims::{Evictable, Victim},
+};
 use crate::{
     policy::{
         benefit::{CostModel, Threshold},
         rw::WritePrediction,
     },
-    units::{Direction, PAGE_SIZE},
+    units::{Direction, PAGE_SIZE, SUPERPAGE_SIZE},
 };
 
 /// A move the plan keeps.
@@ -84,6 +88,8 @@ pub(super) struct Selection<'a> {
     /// Coldest per byte first; `victims[next_victim..]` are still available.
     victims: Vec<Victim>,
     next_victim: usize,
+    /// Hot fast data BW-AWARE may hand back (see `Evictable::donors`).
+    donors: Vec<Victim>,
     /// Fast-tier bytes still free for promotions (negative: over the room already).
     room: i128,
     promote_budget: u64,
@@ -107,21 +113,21 @@ impl<'a> Selection<'a> {
     pub(super) fn new(
         costs: &'a CostModel,
         threshold: &'a Threshold,
-        victims: Vec<Victim>,
+        evictable: Evictable,
         promote_room: u64,
         (promote_budget, demote_budget): (u64, u64),
-        fast_traffic: f64,
         one_sample: f64,
     ) -> Self {
         Self {
             costs,
             threshold,
-            victims,
+            victims: evictable.victims,
             next_victim: 0,
+            donors: evictable.donors,
             room: i128::from(promote_room),
             promote_budget,
             demote_budget,
-            fast_traffic,
+            fast_traffic: evictable.traffic.fast,
             one_sample,
             swapped: false,
             out: Outcome::default(),
@@ -269,9 +275,13 @@ impl<'a> Selection<'a> {
         Swap::Done
     }
 
-    /// BW-AWARE: when the fast tier serves more than its share `share_target` (plus
-    /// `tolerance`) of `total` traffic, hands read-dominant data back to the slow tier (Memos:
-    /// RD first). Returns the fast tier's share before that, when a share applies.
+    /// BW-AWARE: when the fast tier serves more than its share `share_target` plus `tolerance`
+    /// of `total` traffic, hands data back to the slow tier (Memos: read-dominant first, then
+    /// the most traffic per byte, so the fewest bytes move) until it serves its share, never
+    /// less than the share minus `tolerance`. Promotions stop at the share ([`Self::promote`]'s
+    /// limit), so the two leave a band of `tolerance` between them instead of handing back and
+    /// promoting the same data at one edge. Returns the fast tier's share before that, when a
+    /// share applies.
     pub(super) fn hand_back_bandwidth(
         &mut self,
         share_target: Option<f64>,
@@ -280,37 +290,47 @@ impl<'a> Selection<'a> {
     ) -> Option<f64> {
         let f = share_target.filter(|_| total > 0.0)?;
         let fast_share = self.fast_traffic / total;
-        let excess = self.fast_traffic - (f + tolerance) * total;
-        if excess <= 0.0 {
+        if self.fast_traffic <= (f + tolerance) * total {
             return Some(fast_share);
         }
+        let (excess, most) = (
+            self.fast_traffic - f * total,
+            self.fast_traffic - (f - tolerance).max(0.0) * total,
+        );
         let mut rest: Vec<Victim> = self.victims[self.next_victim..]
             .iter()
-            .filter(|v| !self.out.promoted_sps.contains(&v.sp))
+            .chain(&self.donors)
+            .filter(|v| !self.out.promoted_sps.contains(&v.sp) && v.traffic > 0.0)
             .copied()
             .collect();
         rest.sort_by(|a, b| {
             b.read_dominant
                 .cmp(&a.read_dominant)
-                .then(
-                    ((b.reads + b.writes) / b.len as f64)
-                        .total_cmp(&((a.reads + a.writes) / a.len as f64)),
-                )
+                .then((b.traffic / b.len as f64).total_cmp(&(a.traffic / a.len as f64)))
                 .then(a.start.cmp(&b.start))
         });
+        // A donor may be a whole superpage whose cold runs are victims too: never both.
+        let mut whole_out = BTreeSet::new();
         let mut moved = 0.0;
         for v in rest {
             if moved >= excess {
                 break;
             }
-            if v.len > self.demote_budget {
+            let whole = v.len >= SUPERPAGE_SIZE;
+            let overlaps =
+                whole_out.contains(&v.sp) || (whole && self.out.demoted_sps.contains(&v.sp));
+            if v.len > self.demote_budget || moved + v.traffic > most || overlaps {
                 continue;
+            }
+            if whole {
+                whole_out.insert(v.sp);
             }
             self.demote_budget -= v.len;
             moved += v.traffic;
-            let value = -self.costs.access_value(v.reads, v.writes);
+            let value = self.eviction_value(&v);
             self.out.demote(v, MoveReason::Bandwidth, value);
         }
+        self.fast_traffic -= moved;
         Some(fast_share)
     }
 }

@@ -80,6 +80,19 @@ pub(super) struct Traffic {
     pub(super) total: f64,
 }
 
+/// What the fast tier could give up: its cold data for room, and the hot data of the stage-2
+/// superpages for bandwidth.
+#[derive(Clone, Debug, Default)]
+pub(super) struct Evictable {
+    /// Settled, not-hot fast data, coldest per byte first: what makes room.
+    pub(super) victims: Vec<Victim>,
+    /// The settled hot fast data of the stage-2 superpages (whole where the superpage is):
+    /// what BW-AWARE hands back when the fast tier serves more than its share, with the
+    /// victims. Stage-1 victims carry their heat already.
+    pub(super) donors: Vec<Victim>,
+    pub(super) traffic: Traffic,
+}
+
 /// The superpage being looked at, and what it needs from the planner's state.
 struct SuperpageVictims<'a> {
     rec: &'a SuperpageRecord,
@@ -156,18 +169,20 @@ impl Planner {
         }
     }
 
-    /// Fast-resident data that could be demoted, coldest per byte first, and the traffic split
-    /// between the tiers.
+    /// Fast-resident data that could be demoted, coldest per byte first, the hot data that
+    /// could be handed back for bandwidth (when `with_donors`: a bandwidth share applies), and
+    /// the traffic split between the tiers.
     pub(super) fn collect_victims(
         &self,
         hot: &HotnessView<'_>,
         costs: &CostModel,
         view: &dyn PlacementView,
-        epoch: u64,
-        scale: Scale,
-    ) -> (Vec<Victim>, Traffic) {
+        (epoch, scale): (u64, Scale),
+        with_donors: bool,
+    ) -> Evictable {
         let pc = &self.cfg;
         let mut victims = Vec::new();
+        let mut donors = Vec::new();
         let mut traffic = Traffic::default();
         let granule = self.victim_granule();
         for rec in hot.superpages() {
@@ -208,7 +223,8 @@ impl Planner {
             let accesses = if rec.slot == NO_SLOT {
                 stage1_victims(&sv, scale.k1, &mut victims)
             } else {
-                self.stage2_victims(hot, costs, &sv, scale.k2, &mut victims)
+                let donors = with_donors.then_some(&mut donors);
+                self.stage2_victims(hot, costs, &sv, scale.k2, (&mut victims, donors))
             };
             let runs = &mut victims[first..];
             if sv.splits_huge && runs.iter().any(|v| v.len < SUPERPAGE_SIZE) {
@@ -221,18 +237,23 @@ impl Planner {
             let vb = b.loss(costs) / b.len as f64;
             va.total_cmp(&vb).then(a.start.cmp(&b.start))
         });
-        (victims, traffic)
+        Evictable {
+            victims,
+            donors,
+            traffic,
+        }
     }
 
     /// The victims of a stage-2 superpage: its fast pages that are settled and not hot, valued
-    /// by their own counts. Returns the superpage's accesses per epoch.
+    /// by their own counts; its settled hot fast pages go to `donors`, whole when the whole
+    /// superpage is fast and settled. Returns the superpage's accesses per epoch.
     fn stage2_victims(
         &self,
         hot: &HotnessView<'_>,
         costs: &CostModel,
         sv: &SuperpageVictims<'_>,
         k2: f64,
-        victims: &mut Vec<Victim>,
+        (victims, donors): (&mut Vec<Victim>, Option<&mut Vec<Victim>>),
     ) -> f64 {
         // A page whose accesses pay for its copy is hot whatever the promotion threshold: a
         // threshold raised to make promotions pickier must not make warm data an eviction
@@ -261,19 +282,33 @@ impl Planner {
                 .fold((0.0, 0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
         };
         let (reads, writes, traffic) = sum(0, SUBPAGES);
-        if sv.whole_fast_and_settled() && !(0..SUBPAGES).any(is_hot) {
+        let any_hot = (0..SUBPAGES).any(is_hot);
+        if sv.whole_fast_and_settled() && !any_hot {
             victims.push(sv.whole(reads, writes, traffic));
-        } else if !sv.blind {
+            return reads + writes;
+        }
+        let push_runs = |hot_runs: bool, out: &mut Vec<Victim>| {
             runs(
                 &sv.residency,
-                |p| sv.settled(p) && !is_hot(p),
+                |p| sv.settled(p) && is_hot(p) == hot_runs,
                 |first, n| {
                     for (first, n, gran) in granules(first, n, sv.granule) {
                         let (reads, writes, traffic) = sum(first, n);
-                        victims.push(sv.run(first, n, gran, reads, writes, traffic));
+                        out.push(sv.run(first, n, gran, reads, writes, traffic));
                     }
                 },
             );
+        };
+        if !sv.blind {
+            push_runs(false, victims);
+        }
+        // Bandwidth hands hot data back whole where handing back part would split a huge page.
+        match donors {
+            Some(donors) if sv.whole_fast_and_settled() && (sv.blind || sv.splits_huge) => {
+                donors.push(sv.whole(reads, writes, traffic));
+            }
+            Some(donors) if !sv.blind => push_runs(true, donors),
+            _ => {}
         }
         reads + writes
     }
