@@ -344,32 +344,38 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
     );
 }
 
-#[test]
-fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
+/// Tiers of 200:80 GB/s scaled down so a modest sample rate saturates the fast tier, and
+/// every access on 64 blocks of 64 KiB over 256 MiB, each sample standing for `weight`.
+fn hot_blocks_on_scaled_bw_aware_tiers(weight: u32) -> (TieringConfig, TraceGen) {
     let mut c = cfg();
-    // 200:80 scaled down so a modest sample rate saturates the fast tier.
     c.policy.bandwidth.fast_gbps = 0.2;
     c.policy.bandwidth.slow_gbps = 0.08;
-    let run = |c: TieringConfig, weight: u32| {
+    let mut g = TraceGen::new(
+        4,
+        Pattern::Clustered64K {
+            blocks: 64,
+            pages: 16,
+        },
+        0,
+        256 * MIB,
+    );
+    g.hot_share = 1.0;
+    g.weight = weight;
+    (c, g)
+}
+
+#[test]
+fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
+    let run = |weight: u32| {
+        let (c, mut g) = hot_blocks_on_scaled_bw_aware_tiers(weight);
         let mut e = Tiering::new(c).unwrap();
-        let mut g = TraceGen::new(
-            4,
-            Pattern::Clustered64K {
-                blocks: 64,
-                pages: 16,
-            },
-            0,
-            256 * MIB,
-        );
-        g.hot_share = 1.0;
-        g.weight = weight;
         let mut model = TierModel::new(0, 256 * MIB, Tier::Slow, GIB);
         let plans = drive(&mut e, &mut g, &mut model, 60, 3000, 20);
         let bound = plans.last().is_some_and(|p| p.bandwidth_bound);
         (plans, bound)
     };
     // 3000 samples per 50 ms × weight 64 × 64 B ≈ 0.25 GB/s ≥ 0.8 × 0.2 GB/s.
-    let (plans, bound) = run(c.clone(), 64);
+    let (plans, bound) = run(64);
     assert!(bound);
     let last = plans.last().unwrap();
     let f = last.fast_share_target.unwrap();
@@ -381,7 +387,7 @@ fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
     // promoted. Each hot 64 KiB block sits alone in its superpage, whose samples run along
     // neighbouring pages: it moves whole, which pays at 16 accesses a sample (at one it would
     // not, and a block the samples cannot tell from a sweep's trail stays).
-    let (plans, bound) = run(c, 16);
+    let (plans, bound) = run(16);
     assert!(!bound);
     assert!(plans.iter().all(|p| p.fast_share_target.is_none()));
     let promoted: u64 = plans.iter().map(|p| p.promote_bytes).sum();
@@ -390,21 +396,8 @@ fn bandwidth_bound_workload_keeps_the_fast_share_near_f() {
 
 #[test]
 fn a_fast_tier_serving_past_its_bandwidth_share_hands_data_back() {
-    let mut c = cfg();
-    c.policy.bandwidth.fast_gbps = 0.2;
-    c.policy.bandwidth.slow_gbps = 0.08;
+    let (c, mut g) = hot_blocks_on_scaled_bw_aware_tiers(64);
     let mut e = Tiering::new(c.clone()).unwrap();
-    let mut g = TraceGen::new(
-        4,
-        Pattern::Clustered64K {
-            blocks: 64,
-            pages: 16,
-        },
-        0,
-        256 * MIB,
-    );
-    g.hot_share = 1.0;
-    g.weight = 64;
     // Everything starts fast: the fast tier serves all the traffic, past its share.
     let mut model = TierModel::new(0, 256 * MIB, Tier::Fast, GIB);
     let costs = CostModel::new(&c.policy.benefit, &model.capacity());
