@@ -2,7 +2,8 @@
 //! smaps read it used to do on every plan that moved anything (a walk of every page table of
 //! the process) against `PAGEMAP_SCAN` over the 64 MiB being moved (`KernelBackend::
 //! huge_mappings`), in the same run, on `memtide-workload` targets of 4 KiB pages. Also the
-//! maps read the new path adds when it finds huge pages.
+//! maps read the new path adds when it finds huge pages, and the numa_maps read of a target's
+//! epochs (another walk of every page table, which sets how often they read it).
 //!
 //! Needs only access to the workload's /proc files (its own user). Lives in the agent package
 //! because it drives `memtide-workload`. Regenerate: `cargo bench -p memtide --bench
@@ -65,7 +66,7 @@ fn main() {
     if !std::env::args().any(|a| a == "--bench") {
         return;
     }
-    println!("target (4 KiB pages) | smaps | PAGEMAP_SCAN over 64 MiB | ratio | maps");
+    println!("target (4 KiB pages) | smaps | PAGEMAP_SCAN over 64 MiB | ratio | maps | numa_maps");
     for gib in [1usize, 4] {
         let (mut child, base) = workload(gib << 18);
         let target = Target::open(child.id()).expect("open target");
@@ -83,14 +84,18 @@ fn main() {
         let maps = median(|| {
             target.maps().expect("maps");
         });
+        let numa_maps = median(|| {
+            target.numa_maps().expect("numa_maps");
+        });
         let _ = child.kill();
         let _ = child.wait();
         println!(
-            "{gib} GiB | {:.2} ms | {:.3} ms | {:.0}x | {:.3} ms",
+            "{gib} GiB | {:.2} ms | {:.3} ms | {:.0}x | {:.3} ms | {:.2} ms",
             smaps.as_secs_f64() * 1e3,
             scan.as_secs_f64() * 1e3,
             smaps.as_secs_f64() / scan.as_secs_f64().max(1e-9),
             maps.as_secs_f64() * 1e3,
+            numa_maps.as_secs_f64() * 1e3,
         );
     }
 }

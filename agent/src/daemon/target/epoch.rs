@@ -267,18 +267,20 @@ impl State {
         }
     }
 
-    /// Reads numa_maps again once the last reading is older than the placement may be: the
-    /// managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
+    /// Reads numa_maps again once the last reading is older than the placement may be, or,
+    /// for a target large enough that reading it is costly, than keeps that cost to a share of
+    /// the time (`Resident::max_age`): the managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
     /// and the cached placement, which the planner would see them in, is dropped.
     fn refresh_resident(&mut self, input: &EpochInput) {
         let max_age = self.placement_max_age(input);
         if self
             .resident
             .as_ref()
-            .is_some_and(|resident| resident.read_at.elapsed() < max_age)
+            .is_some_and(|resident| resident.read_at.elapsed() < resident.max_age(max_age))
         {
             return;
         }
+        let started = Instant::now();
         let Ok(maps) = self.target.numa_maps() else {
             return;
         };
@@ -289,6 +291,7 @@ impl State {
         {
             fresh.add_locked(&smaps);
         }
+        fresh.read_cost = started.elapsed();
         let newly = fresh.newly_left_alone(self.resident.as_ref());
         if !newly.is_empty() {
             self.placement = None;

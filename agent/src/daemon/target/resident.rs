@@ -9,7 +9,10 @@
 //! their accesses, and `memtide_pages_skipped_total{reason}` (`mempolicy`, `mlocked`) counts
 //! their pages when they are first found.
 
-use std::{collections::BTreeMap, time::Instant};
+use std::{
+    collections::BTreeMap,
+    time::{Duration, Instant},
+};
 
 use memtide_core::units::PAGE_SIZE;
 use memtide_host::{
@@ -17,10 +20,20 @@ use memtide_host::{
     targets::{numa_maps::NumaMap, smaps::SmapsEntry},
 };
 
+/// The most of its time a target's epochs spend reading numa_maps: the read walks every page
+/// table of the target (10 ms per GiB of 4 KiB pages on the test machine, docs/benchmarks.md),
+/// so at a fixed age of 10 s a target of 256 GiB would cost a quarter of a core. Past that cost
+/// readings age longer; between them the executor's moves keep the bytes per tier current,
+/// and only what the program allocates, frees or locks meanwhile is found late.
+const READ_TIME_SHARE: f64 = 0.01;
+
 /// One reading of numa_maps, kept up to date with what memtide moved since.
 #[derive(Clone, Debug)]
 pub(super) struct Resident {
     pub(super) read_at: Instant,
+    /// How long reading it took (numa_maps, and smaps when something is locked): both walk
+    /// every page table of the target, so it grows with what the target has resident.
+    pub(super) read_cost: Duration,
     /// Bytes on the fast and on the slow nodes.
     pub(super) bytes: [u64; 2],
     /// Mappings to leave alone, by start address: `[start, end)` and why. The end is the next
@@ -46,9 +59,16 @@ impl Resident {
             .collect();
         Self {
             read_at: Instant::now(),
+            read_cost: Duration::ZERO,
             bytes: [on(fast), on(slow)],
             left_alone,
         }
+    }
+
+    /// How old this reading may get before the next: `max_age`, or longer where reading it
+    /// costs more than [`READ_TIME_SHARE`] of that time.
+    pub(super) fn max_age(&self, max_age: Duration) -> Duration {
+        max_age.max(self.read_cost.div_f64(READ_TIME_SHARE))
     }
 
     /// Adds the mlocked mappings of `smaps` (flag `lo`): the application asked for their pages
@@ -109,6 +129,24 @@ mod tests {
             kernel_page_kb: 4,
             ..NumaMap::default()
         }
+    }
+
+    #[test]
+    fn a_costly_reading_ages_longer_so_its_walks_stay_a_share_of_the_time() {
+        let mut resident = Resident::read(&[map(0x1000, "default", 10)], &[0], &[1]);
+        let ten_s = Duration::from_secs(10);
+        // A small target (a millisecond's walk) ages as the placement does.
+        resident.read_cost = Duration::from_millis(1);
+        assert_eq!(resident.max_age(ten_s), ten_s);
+        // 256 GiB of 4 KiB pages at 10 ms per GiB: a reading every 10 s would spend a quarter
+        // of the time walking; at most 1 % is every 256 s.
+        resident.read_cost = Duration::from_millis(2560);
+        assert_eq!(resident.max_age(ten_s), Duration::from_secs(256));
+        // A quiet target's longer age stands.
+        assert_eq!(
+            resident.max_age(Duration::from_secs(600)),
+            Duration::from_secs(600)
+        );
     }
 
     #[test]
