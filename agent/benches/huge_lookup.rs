@@ -70,6 +70,12 @@ fn main() {
     for gib in [1usize, 4] {
         let (mut child, base) = workload(gib << 18);
         let target = Target::open(child.id()).expect("open target");
+        let scannable = target
+            .pagemap()
+            .is_ok_and(|p| p.huge_ranges(base, base + MOVE_BYTES, &mut Vec::new()));
+        if !scannable {
+            println!("(no PAGEMAP_SCAN here: the third column measures the smaps fallback)");
+        }
         let mut backend = KernelBackend::new(&target, HostRoot::default()).expect("backend");
         let smaps = median(|| {
             let entries = target.smaps().expect("smaps");

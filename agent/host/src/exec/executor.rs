@@ -400,12 +400,12 @@ impl Executor {
                 }));
             }
         }
-        let moved: Vec<(u64, u64)> = requests
+        let to_move: Vec<(u64, u64)> = requests
             .iter()
             .filter(|r| r.len > 0)
             .map(|r| (r.start, r.start + r.len))
             .collect();
-        let huge = backend.huge_mappings(&moved)?;
+        let huge = backend.huge_mappings(&to_move)?;
         let in_huge = |start: u64, end: u64| {
             huge.iter()
                 .find(|&&(s, e, _)| s < end && start < e)
@@ -749,6 +749,8 @@ mod tests {
         /// Heads of chunks backed by an unsplit THP.
         thp: BTreeSet<u64>,
         huge_mappings: Vec<HugeRange>,
+        /// The ranges each call asked about huge pages in.
+        asked_huge: Vec<Vec<(u64, u64)>>,
         /// node → (free, floor)
         nodes: BTreeMap<u32, (u64, u64)>,
         /// Pages that answer EBUSY this many more times.
@@ -873,7 +875,8 @@ mod tests {
             Ok(self.nodes.get(&node).copied())
         }
 
-        fn huge_mappings(&mut self, _: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError> {
+        fn huge_mappings(&mut self, ranges: &[(u64, u64)]) -> Result<Vec<HugeRange>, ExecError> {
+            self.asked_huge.push(ranges.to_vec());
             Ok(self.huge_mappings.clone())
         }
 
@@ -1262,6 +1265,11 @@ mod tests {
         let mut fake = setup(true);
         let mut ex = Executor::new(ExecConfig::default());
         let r = ex.execute(&mut fake, &req, Instant::now()).unwrap();
+        // It asks about the range it moves, not the whole process.
+        assert_eq!(
+            fake.asked_huge,
+            vec![vec![(base + 64 * 1024, base + 128 * 1024)]]
+        );
         assert_eq!(fake.splits, vec![(base, base + 2 * MIB)]);
         assert_eq!((r.splits, r.total().pages_moved), (1, 16));
         assert_eq!(fake.count_on(0), 16, "only the 64 KiB moved");

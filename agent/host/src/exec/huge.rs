@@ -27,7 +27,7 @@ pub(super) fn huge_ranges(
     if ranges.is_empty() {
         return Ok(Vec::new());
     }
-    let Some(huge) = scanned(target, ranges) else {
+    let Some(huge) = huge_superpages(target, ranges) else {
         return from_smaps(target);
     };
     if huge.is_empty() {
@@ -41,7 +41,7 @@ pub(super) fn huge_ranges(
 
 /// The ranges huge pages map within the superpages `ranges` touch; `None` where the kernel
 /// cannot say (no `PAGEMAP_SCAN`, or the pagemap cannot be opened).
-fn scanned(target: &Target, ranges: &[(u64, u64)]) -> Option<Vec<(u64, u64)>> {
+fn huge_superpages(target: &Target, ranges: &[(u64, u64)]) -> Option<Vec<(u64, u64)>> {
     let pagemap = target.pagemap().ok()?;
     let mut covers: Vec<(u64, u64)> = ranges
         .iter()
@@ -149,7 +149,7 @@ mod tests {
         // 64 KiB of the first superpage written, and a superpage never written.
         let chunk = huge_ranges(&target, &[(first + 64 * 1024, first + 128 * 1024)]);
         let untouched = huge_ranges(&target, &[(first + 20 * MIB, first + 22 * MIB)]);
-        let scannable = scanned(&target, &[(start, start + 64 * MIB)]).is_some();
+        let scannable = huge_superpages(&target, &[(start, start + 64 * MIB)]).is_some();
         let _ = child.kill();
         let _ = child.wait();
         let (whole, chunk, untouched) = (whole.unwrap(), chunk.unwrap(), untouched.unwrap());

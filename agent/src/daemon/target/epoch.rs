@@ -14,6 +14,7 @@ use memtide_core::{
 };
 use memtide_host::{
     exec::{ExecReport, KernelBackend, MoveRequest, TierNodes, requests_from_plan},
+    sys::process,
     targets::{Target, TargetError, placement::TierPlacement},
     topology::{ThpMode, Topology},
 };
@@ -267,20 +268,22 @@ impl State {
         }
     }
 
-    /// Reads numa_maps again once the last reading is older than the placement may be, or,
-    /// for a target large enough that reading it is costly, than keeps that cost to a share of
-    /// the time (`Resident::max_age`): the managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
+    /// Reads numa_maps again once the last reading is older than the placement may be (or,
+    /// where reading it is costly, than keeps that cost to a share of the time:
+    /// `Resident::read_interval`): the managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
     /// and the cached placement, which the planner would see them in, is dropped.
     fn refresh_resident(&mut self, input: &EpochInput) {
         let max_age = self.placement_max_age(input);
         if self
             .resident
             .as_ref()
-            .is_some_and(|resident| resident.read_at.elapsed() < resident.max_age(max_age))
+            .is_some_and(|resident| resident.read_at.elapsed() < resident.read_interval(max_age))
         {
             return;
         }
-        let started = Instant::now();
+        // CPU time, not wall time: a read that waited (preempted, or on the target's mmap
+        // lock) must not push the next one out.
+        let started = process::thread_cpu_time().ok();
         let Ok(maps) = self.target.numa_maps() else {
             return;
         };
@@ -291,7 +294,9 @@ impl State {
         {
             fresh.add_locked(&smaps);
         }
-        fresh.read_cost = started.elapsed();
+        if let (Some(started), Ok(now)) = (started, process::thread_cpu_time()) {
+            fresh.read_cost = now.saturating_sub(started);
+        }
         let newly = fresh.newly_left_alone(self.resident.as_ref());
         if !newly.is_empty() {
             self.placement = None;

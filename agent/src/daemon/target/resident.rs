@@ -31,8 +31,8 @@ const READ_TIME_SHARE: f64 = 0.01;
 #[derive(Clone, Debug)]
 pub(super) struct Resident {
     pub(super) read_at: Instant,
-    /// How long reading it took (numa_maps, and smaps when something is locked): both walk
-    /// every page table of the target, so it grows with what the target has resident.
+    /// The CPU time reading it took (numa_maps, and smaps when something is locked): both
+    /// walk every page table of the target, so it grows with what the target has resident.
     pub(super) read_cost: Duration,
     /// Bytes on the fast and on the slow nodes.
     pub(super) bytes: [u64; 2],
@@ -65,10 +65,10 @@ impl Resident {
         }
     }
 
-    /// How old this reading may get before the next: `max_age`, or longer where reading it
+    /// How old this reading may get before the next: `base`, or longer where reading it
     /// costs more than [`READ_TIME_SHARE`] of that time.
-    pub(super) fn max_age(&self, max_age: Duration) -> Duration {
-        max_age.max(self.read_cost.div_f64(READ_TIME_SHARE))
+    pub(super) fn read_interval(&self, base: Duration) -> Duration {
+        base.max(self.read_cost.div_f64(READ_TIME_SHARE))
     }
 
     /// Adds the mlocked mappings of `smaps` (flag `lo`): the application asked for their pages
@@ -137,14 +137,14 @@ mod tests {
         let ten_s = Duration::from_secs(10);
         // A small target (a millisecond's walk) ages as the placement does.
         resident.read_cost = Duration::from_millis(1);
-        assert_eq!(resident.max_age(ten_s), ten_s);
+        assert_eq!(resident.read_interval(ten_s), ten_s);
         // 256 GiB of 4 KiB pages at 10 ms per GiB: a reading every 10 s would spend a quarter
         // of the time walking; at most 1 % is every 256 s.
         resident.read_cost = Duration::from_millis(2560);
-        assert_eq!(resident.max_age(ten_s), Duration::from_secs(256));
+        assert_eq!(resident.read_interval(ten_s), Duration::from_secs(256));
         // A quiet target's longer age stands.
         assert_eq!(
-            resident.max_age(Duration::from_secs(600)),
+            resident.read_interval(Duration::from_secs(600)),
             Duration::from_secs(600)
         );
     }

@@ -7,10 +7,12 @@
 //!    as single hot pages, each judged by Eq. (1) against the threshold; predicted write-hot
 //!    regions first when slow writes cost more (Memos), then by benefit per byte;
 //! 3. [`victims`]: fast-resident data that could make room, coldest per byte first (only
-//!    when room, the watermarks or the bandwidth share need it);
+//!    when room, the watermarks or the bandwidth share need it), and under a bandwidth share
+//!    the hot fast data that could be handed back;
 //! 4. [`select`]: demotions to the low watermark, promotions into free room, then swaps judged
-//!    by Eq. (2); under a bandwidth-bound workload promotions stop at the BW-AWARE share and
-//!    read-dominant data is demoted when the fast tier serves more than it;
+//!    by Eq. (2); under a bandwidth-bound workload promotions stop at the BW-AWARE share, and
+//!    when the fast tier serves more than the share plus a tolerance, data (read-dominant
+//!    first, hot or not) goes back to the slow tier until it serves the share;
 //! 5. every move respects the budgets and the hysteresis, and is recorded for the next epoch.
 
 mod candidates;

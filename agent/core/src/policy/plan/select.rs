@@ -2,8 +2,9 @@
 //!
 //! In order: demotions to get under the watermark; promotions into free room, and where the room
 //! runs out, swaps judged by Rainbow's Eq. (2) against the coldest victims; then, when the
-//! workload is bandwidth-bound, read-dominant data handed back to the slow tier until the fast
-//! tier serves its BW-AWARE share.
+//! workload is bandwidth-bound and the fast tier serves more than its BW-AWARE share plus a
+//! tolerance, data handed back to the slow tier (read-dominant first, hot data too) until it
+//! serves the share.
 
 use std::collections::BTreeSet;
 
@@ -159,6 +160,7 @@ impl<'a> Selection<'a> {
             self.demote_budget -= v.len;
             demoted += v.len;
             self.room += i128::from(v.len);
+            self.fast_traffic -= v.traffic;
             let value = self.eviction_value(&v);
             self.out.demote(v, MoveReason::Watermark, value);
         }
@@ -265,6 +267,7 @@ impl<'a> Selection<'a> {
         self.demote_budget -= freed;
         self.room += i128::from(freed) - i128::from(c.need);
         for v in picked {
+            self.fast_traffic -= v.traffic;
             let value = self.eviction_value(&v);
             self.out.demote(v, MoveReason::Evict, value);
         }

@@ -5,7 +5,9 @@
 //! them, else its stage-1 heat spread evenly), whole when all 512 are fast and none is hot;
 //! resident data never sampled comes last in value and first in line: the coldest of all. The
 //! cold runs of a huge page share what splitting it costs, so a hot huge page gives up its cold
-//! pages only when the room pays for the TLB reach its hot ones lose.
+//! pages only when the room pays for the TLB reach its hot ones lose. Under a bandwidth share
+//! its settled hot fast data is offered too, as donors the fast tier may hand back for
+//! bandwidth: whole where handing back part would split a huge page, and never in parts then.
 
 use super::{Planner, Scale};
 use crate::{
@@ -307,7 +309,7 @@ impl Planner {
             Some(donors) if sv.whole_fast_and_settled() && (sv.blind || sv.splits_huge) => {
                 donors.push(sv.whole(reads, writes, traffic));
             }
-            Some(donors) if !sv.blind => push_runs(true, donors),
+            Some(donors) if !sv.blind && !sv.splits_huge => push_runs(true, donors),
             _ => {}
         }
         reads + writes
