@@ -16,11 +16,12 @@
 //!    keep failing to pay, so the epoch settles at the shortest length at which they pay
 //!    instead of keeping the longest any burst of unpaid moves reached (the data a paying move
 //!    brought in would have paid from an epoch sooner);
-//! 5. never shorter than the median sampled reuse time, the side of the dip that works. Only
-//!    reuses the fast tier can bridge count: one after longer than the workload takes to touch a
-//!    fast tier's worth of other superpages finds its data evicted whatever the epoch. The reuse
-//!    histogram halves at each plan rather than restarting, so one epoch's burst of long gaps
-//!    does not decide it alone.
+//! 5. with `reuse_floor` (off by default, see there): never shorter than the median sampled
+//!    reuse time, the side of the dip Doudali found to work. Only reuses the fast tier can
+//!    bridge count: one after longer than the workload takes to touch a fast tier's worth of
+//!    other superpages finds its data evicted whatever the epoch. The reuse histogram halves
+//!    at each plan rather than restarting, so one epoch's burst of long gaps does not decide
+//!    it alone.
 
 use std::time::Duration;
 
@@ -35,7 +36,7 @@ pub struct EpochConfig {
     /// Adapt the epoch; when false it stays at `initial_ms`. Default true.
     pub adaptive: bool,
     /// First epoch length, ms: start at the shortest and lengthen on evidence (oscillation,
-    /// moves that do not pay, reuse). Default 10.
+    /// moves that do not pay, and with `reuse_floor` reuse). Default 10.
     pub initial_ms: u64,
     /// Shortest epoch, ms. Default 10 (HeMem's migration interval, Kleio's epoch). The daemon
     /// also keeps planning, all targets together, under 5 % of a core in the long run: a lone
@@ -57,6 +58,16 @@ pub struct EpochConfig {
     /// Net realised value of last plan's moves (promotions less the evictions made for them)
     /// over their cost, below which the epoch grows and the benefit threshold rises. Default 1.0.
     pub min_payback: f64,
+    /// Keep the epoch at least the median sampled reuse time the fast tier can bridge (Doudali's
+    /// floor, rule 5 of the controller). Default false: Doudali's dip comes from ranking pages
+    /// by one epoch's accesses, so that data reused less often than once an epoch looks cold.
+    /// memtide's engine carries cooled heat across epochs, and the short side of the dip is
+    /// the better one for it: on `strided-reuse` a fixed 100 ms epoch reaches a hit ratio of
+    /// 0.55, epochs of 1.6 to 3.2 s around its 2.7 s reuse distance 0.23 to 0.26
+    /// (docs/evaluation.md, epoch sweep). On the real-program corpus the floor lengthened
+    /// epochs for nothing (relative time 1.170 with it, 1.161 without at fast 10 %; 1.097 and
+    /// 1.089 at 25 %; means of three sampling seeds).
+    pub reuse_floor: bool,
 }
 
 impl Default for EpochConfig {
@@ -72,6 +83,7 @@ impl Default for EpochConfig {
             shrink_fraction: 0.1,
             oscillation_pingpong: 0.05,
             min_payback: 1.0,
+            reuse_floor: false,
         }
     }
 }
@@ -222,7 +234,7 @@ impl EpochController {
         } else {
             (cur, EpochChange::Hold)
         };
-        if let Some(reuse) = i.reuse_median {
+        if let Some(reuse) = i.reuse_median.filter(|_| cfg.reuse_floor) {
             let floor = reuse.as_secs_f64() * 1000.0;
             if next < floor {
                 next = floor;
@@ -283,7 +295,10 @@ mod tests {
 
     #[test]
     fn paying_moves_step_the_epoch_back_to_the_shortest_above_the_reuse_floor() {
-        let cfg = EpochConfig::default();
+        let cfg = EpochConfig {
+            reuse_floor: true,
+            ..EpochConfig::default()
+        };
         let mut c = ctl(20);
         let unpaid = EpochInputs {
             payback: Some(0.5),
@@ -394,14 +409,22 @@ mod tests {
     }
 
     #[test]
-    fn never_shorter_than_reuse() {
-        let cfg = EpochConfig::default();
+    fn with_the_reuse_floor_never_shorter_than_reuse() {
+        let cfg = EpochConfig {
+            reuse_floor: true,
+            ..EpochConfig::default()
+        };
         let mut c = ctl(1000);
         let i = EpochInputs {
             jaccard: Some(0.1),
             reuse_median: Some(Duration::from_millis(1500)),
             ..EpochInputs::default()
         };
+        // By default the reuse sets no floor: a shifting hot set halves the epoch.
+        assert_eq!(
+            ctl(1000).update(&EpochConfig::default(), &i),
+            EpochChange::ShorterShifting
+        );
         assert_eq!(c.update(&cfg, &i), EpochChange::LongerReuse);
         assert_eq!(c.current(), Duration::from_millis(1500));
         let far = EpochInputs {

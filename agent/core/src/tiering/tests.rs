@@ -484,6 +484,7 @@ fn epoch_shortens_for_a_shrinking_working_set() {
 fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
     let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 100;
+    c.policy.epoch.reuse_floor = true;
     let mut e = Tiering::new(c).unwrap();
     // Everything is already fast with room to spare: no moves, so no payback or ping-pong input.
     let mut model = TierModel::new(0, GIB, Tier::Fast, 2 * GIB);
@@ -525,6 +526,7 @@ fn one_epoch_of_a_returning_working_set_does_not_stretch_the_epoch() {
 fn epochs_of_a_cyclic_sweep(superpages: u64, fast_bytes: u64) -> Vec<(Duration, EpochChange)> {
     let mut c = fifty_ms_intervals();
     c.policy.epoch.initial_ms = 100;
+    c.policy.epoch.reuse_floor = true;
     let mut e = Tiering::new(c).unwrap();
     let mut model = TierModel::new(0, GIB, Tier::Fast, 2 * GIB);
     let cap = CapacityView {
