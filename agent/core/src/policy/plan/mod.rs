@@ -42,6 +42,20 @@ use crate::{
     },
 };
 
+/// What bounds one plan's moves ([`Planner::limits`]).
+struct Limits {
+    promote_budget: u64,
+    demote_budget: u64,
+    /// Free fast room above the high watermark.
+    promote_room: u64,
+    /// Bytes the watermarks ask to demote.
+    demand: u64,
+    /// The workload is bandwidth-bound (BW-AWARE).
+    bound: bool,
+    /// The fast tier's share of the traffic when bound.
+    share_target: Option<f64>,
+}
+
 /// Why a range moves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -239,26 +253,8 @@ impl Planner {
         cap: &CapacityView,
     ) -> Plan {
         let (epoch, elapsed_ms) = self.begin_epoch(now);
-        let costs = CostModel::new(&self.cfg.benefit, cap);
-        let engine = hot.config();
-        let scale = Scale {
-            k1: engine.stage1_per_interval()
-                * (self.epoch.current().as_secs_f64() / engine.interval().as_secs_f64()).max(1.0),
-            k2: engine.stage2_per_epoch(),
-        };
-
-        // Stage 1 takes in counts only at an interval close. An epoch shorter than the interval
-        // can end before one: its plan reads the counts the last plan read, and the epoch's own
-        // (superpages touched, the payback's accesses) are still empty, which would read as
-        // moves that realised nothing. It learns nothing; its moves are judged with the last
-        // plan's, at the next plan that follows a close.
-        let learns = self.learned_through != Some(hot.intervals_closed);
-        let epoch_change = if learns {
-            self.learned_through = Some(hot.intervals_closed);
-            self.learn(hot, &costs, cap)
-        } else {
-            EpochChange::Hold
-        };
+        let scale = self.scale(hot);
+        let (learns, epoch_change) = self.learn_once(hot, cap);
         let costs = self.costs(cap);
         let pc = &self.cfg;
         self.marks.prune(
@@ -271,24 +267,14 @@ impl Planner {
         let target = self.granularity.current();
         let would_promote: u64 = candidates.iter().map(|c| c.need).sum();
 
-        // Capacity, budget, bandwidth.
-        let pc = &self.cfg;
-        let (promote_budget, demote_budget) = pc.capacity.budget(elapsed_ms);
-        let promote_room = pc.capacity.promote_room(cap);
-        let demand = pc.capacity.watermark_demand(cap);
-        let bw = if pc.bandwidth.enabled {
-            pc.bandwidth.bandwidths(cap)
-        } else {
-            None
-        };
-        let bound = bw.is_some_and(|(fast, _)| {
-            bandwidth::is_bandwidth_bound(hot.access_rate, fast, &pc.bandwidth)
-        });
-        let share_target = if bound {
-            bw.and_then(|(f, s)| bandwidth::fast_share(f, s))
-        } else {
-            None
-        };
+        let Limits {
+            promote_budget,
+            demote_budget,
+            promote_room,
+            demand,
+            bound,
+            share_target,
+        } = self.limits(hot, cap, elapsed_ms);
         let needs_victims = demand > 0 || would_promote > promote_room || bound;
         let evictable = if needs_victims {
             self.collect_victims(hot, &costs, view, (epoch, scale), share_target.is_some())
@@ -306,7 +292,7 @@ impl Planner {
             hot.units.read.min(hot.units.write),
         );
         selection.demote_to_watermark(demand);
-        let tolerance = pc.bandwidth.share_tolerance;
+        let tolerance = self.cfg.bandwidth.share_tolerance;
         // Promotions fill up to the share, hand-backs start above the share plus the tolerance:
         // between the two, estimates of the traffic that moves may err without moving it back.
         let share_limit = share_target.map(|f| f * traffic.total);
@@ -338,6 +324,59 @@ impl Planner {
             bandwidth_bound: bound,
             fast_share_target: share_target,
             fast_share,
+        }
+    }
+
+    /// Stage 1's counts per interval and stage 2's per epoch, in accesses per epoch.
+    fn scale(&self, hot: &HotnessView<'_>) -> Scale {
+        let engine = hot.config();
+        Scale {
+            k1: engine.stage1_per_interval()
+                * (self.epoch.current().as_secs_f64() / engine.interval().as_secs_f64()).max(1.0),
+            k2: engine.stage2_per_epoch(),
+        }
+    }
+
+    /// Learns from the epoch that ended, once per interval close: returns whether it learned
+    /// and the epoch change. Stage 1 takes in counts only at an interval close. An epoch
+    /// shorter than the interval can end before one: its plan reads the counts the last plan
+    /// read, and the epoch's own (superpages touched, the payback's accesses) are still empty,
+    /// which would read as moves that realised nothing. It learns nothing; its moves are
+    /// judged with the last plan's, at the next plan that follows a close.
+    fn learn_once(&mut self, hot: &HotnessView<'_>, cap: &CapacityView) -> (bool, EpochChange) {
+        if self.learned_through == Some(hot.intervals_closed) {
+            return (false, EpochChange::Hold);
+        }
+        self.learned_through = Some(hot.intervals_closed);
+        let costs = CostModel::new(&self.cfg.benefit, cap);
+        (true, self.learn(hot, &costs, cap))
+    }
+
+    /// What bounds this plan's moves: the migration budgets accrued over `elapsed_ms`, the
+    /// free room above the high watermark, the watermarks' demand, and whether the workload
+    /// is bandwidth-bound with the fast tier's BW-AWARE share of the traffic.
+    fn limits(&self, hot: &HotnessView<'_>, cap: &CapacityView, elapsed_ms: u64) -> Limits {
+        let pc = &self.cfg;
+        let (promote_budget, demote_budget) = pc.capacity.budget(elapsed_ms);
+        let bw = if pc.bandwidth.enabled {
+            pc.bandwidth.bandwidths(cap)
+        } else {
+            None
+        };
+        let bound = bw.is_some_and(|(fast, _)| {
+            bandwidth::is_bandwidth_bound(hot.access_rate, fast, &pc.bandwidth)
+        });
+        Limits {
+            promote_budget,
+            demote_budget,
+            promote_room: pc.capacity.promote_room(cap),
+            demand: pc.capacity.watermark_demand(cap),
+            bound,
+            share_target: if bound {
+                bw.and_then(|(f, s)| bandwidth::fast_share(f, s))
+            } else {
+                None
+            },
         }
     }
 
