@@ -270,8 +270,9 @@ impl State {
 
     /// Reads numa_maps again once the last reading is older than the placement may be (or,
     /// where reading it is costly, than keeps that cost to a share of the time:
-    /// `Resident::read_interval`): the managed bytes and the mappings to leave alone. Mappings newly left alone are counted,
-    /// and the cached placement, which the planner would see them in, is dropped.
+    /// `Resident::read_interval`): the managed bytes and the mappings to leave alone.
+    /// Mappings newly left alone are counted, and the cached placement, which the planner
+    /// would see them in, is dropped.
     fn refresh_resident(&mut self, input: &EpochInput) {
         let max_age = self.placement_max_age(input);
         if self
