@@ -217,3 +217,51 @@ fn convert_writes_the_record_weight_into_the_native_header() {
     let refused = convert("0");
     assert_eq!(refused.status.code(), Some(1), "a zero weight is refused");
 }
+
+/// `--engine-config` lays an agent configuration file's `[engine]` table over the simulated
+/// engine's configuration, and refuses what it cannot apply, naming the file.
+#[test]
+fn an_engine_config_file_configures_the_simulated_engine() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generate(dir.path(), "gups-hotset", "g.mt");
+    let file = |name: &str, text: &str| {
+        let path = dir.path().join(name);
+        std::fs::write(&path, text).unwrap();
+        path.to_str().unwrap().to_owned()
+    };
+    // A fixed 30 ms epoch: the adaptive controller steps by doubling from 10 ms, never to 30.
+    let fixed = file(
+        "fixed.toml",
+        "[agent]\nlog_format = \"json\"\n\n[engine.policy.epoch]\nadaptive = false\ninitial_ms = 30\n",
+    );
+    let default = sim_json(&trace, &["--policy", "memtide"]);
+    assert_ne!(default["policy_info"]["mean_epoch_ms"], 30.0);
+    let configured = sim_json(&trace, &["--policy", "memtide", "--engine-config", &fixed]);
+    assert_eq!(configured["policy_info"]["mean_epoch_ms"], 30.0);
+    assert_eq!(configured["policy_info"]["final_epoch_ms"], 30);
+
+    let refused = |extra: &[&str], expected: &[&str]| {
+        let mut args = vec!["sim", "--trace", trace.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        let out = memtide(&args);
+        assert!(!out.status.success(), "{extra:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        for e in expected {
+            assert!(err.contains(e), "{extra:?}: {err}");
+        }
+    };
+    let unknown = file("unknown.toml", "[engine.policy.epoch]\nnope = 1\n");
+    refused(
+        &["--policy", "memtide", "--engine-config", &unknown],
+        &[&unknown, "nope"],
+    );
+    let no_engine = file("agent-only.toml", "[agent]\nlog_format = \"json\"\n");
+    refused(
+        &["--policy", "memtide", "--engine-config", &no_engine],
+        &[&no_engine, "no [engine] table"],
+    );
+    refused(
+        &["--policy", "hemem", "--engine-config", &fixed],
+        &["--engine-config", "hemem"],
+    );
+}

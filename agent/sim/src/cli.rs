@@ -7,12 +7,12 @@ use std::{
     path::{Path, PathBuf},
 };
 
-use anyhow::{Context as _, bail};
+use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
 
 use super::{
     PolicyName,
-    model::PresetName,
+    model::{Preset, PresetName},
     run::{FastSize, SimConfig},
     sampler::SamplerName,
     suite::{SuiteArgs, run_suite},
@@ -67,6 +67,14 @@ pub struct SimArgs {
     /// Skip malformed trace lines (counted in `skipped_lines`) instead of failing.
     #[arg(long)]
     pub lenient: bool,
+
+    /// An agent configuration file whose `[engine]` table is laid over the simulator's engine
+    /// configuration for the preset: every key the table sets replaces the simulator's value,
+    /// the preset's latencies and costs included; the keys it leaves out keep theirs. For the
+    /// policies that run memtide's engine (memtide, static-*); not with --suite, whose report
+    /// documents the defaults.
+    #[arg(long, value_name = "PATH", conflicts_with = "suite")]
+    pub engine_config: Option<PathBuf>,
 
     /// Seed of the sampling.
     #[arg(long, default_value_t = 1)]
@@ -230,6 +238,25 @@ fn copy_records<W: std::io::Write>(
 }
 
 /// `memtide sim`.
+/// The `[engine]` table of the agent configuration file at `path`, checked against the
+/// simulator's configuration for `preset` (unknown keys, invalid values).
+fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading --engine-config {}", path.display()))?;
+    let mut file: toml::Table =
+        toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    let Some(toml::Value::Table(engine)) = file.remove("engine") else {
+        bail!(
+            "{}: no [engine] table: --engine-config reads the [engine] table of an agent \
+             configuration file (deploy/config/memtide.toml lists its keys)",
+            path.display()
+        );
+    };
+    super::policy::engine_config_with(preset, Some(&engine))
+        .map_err(|e| anyhow!("{}: [engine]: {e}", path.display()))?;
+    Ok(engine)
+}
+
 pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let preset = args.preset.preset();
     let mut cfg = SimConfig::new(preset);
@@ -261,6 +288,16 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let (Some(path), Some(policy)) = (&args.trace, args.policy) else {
         bail!("--trace and --policy are required without --suite");
     };
+    if let Some(file) = &args.engine_config {
+        if !policy.uses_engine() {
+            bail!(
+                "--engine-config configures memtide's engine, which --policy {} does not run \
+                 (it applies to memtide, static-4k, static-64k and static-2m)",
+                policy.name()
+            );
+        }
+        cfg.engine_overrides = Some(engine_table(file, &preset)?);
+    }
     let spec = FileTrace {
         path: path.clone(),
         format: args.format,

@@ -82,6 +82,15 @@ impl PolicyName {
         Self::Damon,
     ];
 
+    /// Whether the policy runs memtide's engine and planner (and so reads `--engine-config`).
+    #[must_use]
+    pub const fn uses_engine(self) -> bool {
+        matches!(
+            self,
+            Self::Memtide | Self::Static4k | Self::Static64k | Self::Static2m
+        )
+    }
+
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -109,6 +118,8 @@ pub enum SimError {
     Trace(#[from] TraceError),
     #[error("engine configuration: {0}")]
     Config(#[from] memtide_core::validate::ConfigError),
+    #[error("engine configuration: {0}")]
+    EngineOverrides(#[from] policy::EngineOverrideError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }
@@ -129,20 +140,15 @@ pub fn make_policy(
     cfg: &SimConfig,
     fast_capacity_bytes: u64,
 ) -> Result<Box<dyn SimPolicy>, SimError> {
+    let engine = |variant| -> Result<Box<dyn SimPolicy>, SimError> {
+        let base = policy::engine_config_with(preset, cfg.engine_overrides.as_ref())?;
+        Ok(Box::new(EnginePolicy::configured(base, variant)?))
+    };
     Ok(match name {
-        PolicyName::Memtide => Box::new(EnginePolicy::new(preset, EngineVariant::Adaptive)?),
-        PolicyName::Static4k => Box::new(EnginePolicy::new(
-            preset,
-            EngineVariant::StaticGranularity(Granularity::KIB_4),
-        )?),
-        PolicyName::Static64k => Box::new(EnginePolicy::new(
-            preset,
-            EngineVariant::StaticGranularity(Granularity::KIB_64),
-        )?),
-        PolicyName::Static2m => Box::new(EnginePolicy::new(
-            preset,
-            EngineVariant::StaticGranularity(Granularity::MIB_2),
-        )?),
+        PolicyName::Memtide => engine(EngineVariant::Adaptive)?,
+        PolicyName::Static4k => engine(EngineVariant::StaticGranularity(Granularity::KIB_4))?,
+        PolicyName::Static64k => engine(EngineVariant::StaticGranularity(Granularity::KIB_64))?,
+        PolicyName::Static2m => engine(EngineVariant::StaticGranularity(Granularity::MIB_2))?,
         PolicyName::NoMigration => Box::new(StaticPlacement::first_touch()),
         PolicyName::Interleave => Box::new(StaticPlacement::interleave()),
         PolicyName::BwAware => Box::new(StaticPlacement::bw_aware(preset)),

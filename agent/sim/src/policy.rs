@@ -84,6 +84,48 @@ pub fn engine_config(preset: &Preset) -> TieringConfig {
     cfg
 }
 
+/// [`engine_config`] with the keys of `overrides` (an agent configuration file's `[engine]`
+/// table, `memtide sim --engine-config`) laid over it: every key the table sets replaces the
+/// simulator's value, the preset's latencies and costs included; the keys it leaves out keep
+/// theirs. Unknown keys and invalid values are errors, as they are for the daemon.
+pub fn engine_config_with(
+    preset: &Preset,
+    overrides: Option<&toml::Table>,
+) -> Result<TieringConfig, EngineOverrideError> {
+    let base = engine_config(preset);
+    let Some(overrides) = overrides else {
+        return Ok(base);
+    };
+    let mut table = toml::Table::try_from(&base)
+        .map_err(|e| EngineOverrideError(format!("the simulator's configuration: {e}")))?;
+    lay_over(&mut table, overrides);
+    let cfg: TieringConfig = toml::Value::Table(table)
+        .try_into()
+        .map_err(|e: toml::de::Error| EngineOverrideError(e.message().to_owned()))?;
+    cfg.validate()
+        .map_err(|e| EngineOverrideError(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// Why an `[engine]` table cannot configure the simulated engine.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct EngineOverrideError(String);
+
+/// Replaces `base`'s values with `over`'s, table by table.
+fn lay_over(base: &mut toml::Table, over: &toml::Table) {
+    for (key, value) in over {
+        match (base.get_mut(key), value) {
+            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner)) => {
+                lay_over(inner, over_inner);
+            }
+            _ => {
+                base.insert(key.clone(), value.clone());
+            }
+        }
+    }
+}
+
 /// The daemon's engine and planner, applied to the tier model.
 pub struct EnginePolicy {
     name: String,
@@ -106,7 +148,14 @@ impl EnginePolicy {
         preset: &Preset,
         variant: EngineVariant,
     ) -> Result<Self, memtide_core::validate::ConfigError> {
-        let mut cfg = engine_config(preset);
+        Self::configured(engine_config(preset), variant)
+    }
+
+    /// The engine with configuration `cfg`, changed as `variant` asks.
+    pub fn configured(
+        mut cfg: TieringConfig,
+        variant: EngineVariant,
+    ) -> Result<Self, memtide_core::validate::ConfigError> {
         let name = match variant {
             EngineVariant::Adaptive => "memtide".to_owned(),
             EngineVariant::StaticGranularity(g) => {
@@ -205,5 +254,41 @@ impl SimPolicy for EnginePolicy {
             "final_epoch_ms": self.tiering.epoch().as_millis() as u64,
             "mean_epoch_ms": mean_epoch,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::PresetName;
+
+    #[test]
+    fn an_engine_table_replaces_only_the_keys_it_sets() {
+        let preset = PresetName::Cxl.preset();
+        assert_eq!(
+            engine_config_with(&preset, None).unwrap(),
+            engine_config(&preset)
+        );
+        let table: toml::Table = toml::from_str(
+            "[policy.epoch]\nreuse_floor = true\n[policy.benefit]\nmin_samples = 5\nslow_read_ns = 300.0\n",
+        )
+        .unwrap();
+        let mut expected = engine_config(&preset);
+        expected.policy.epoch.reuse_floor = true;
+        expected.policy.benefit.min_samples = 5;
+        expected.policy.benefit.slow_read_ns = 300.0;
+        assert_eq!(engine_config_with(&preset, Some(&table)).unwrap(), expected);
+    }
+
+    #[test]
+    fn an_engine_table_with_unknown_keys_or_invalid_values_is_refused() {
+        let preset = PresetName::Pmem.preset();
+        let unknown: toml::Table = toml::from_str("[policy.epoch]\nnope = 1\n").unwrap();
+        let err = engine_config_with(&preset, Some(&unknown)).unwrap_err();
+        assert!(err.to_string().contains("nope"), "{err}");
+        let invalid: toml::Table =
+            toml::from_str("[policy.capacity]\nhigh_watermark = 2.0\n").unwrap();
+        let err = engine_config_with(&preset, Some(&invalid)).unwrap_err();
+        assert!(err.to_string().contains("high_watermark"), "{err}");
     }
 }

@@ -63,6 +63,9 @@ pub struct SimConfig {
     pub timeline_points: usize,
     /// Footprint, when already measured (skips the footprint pass).
     pub footprint: Option<Footprint>,
+    /// Keys of an `[engine]` table laid over the engine configuration of the preset, for the
+    /// policies that run memtide's engine ([`crate::policy::engine_config_with`]).
+    pub engine_overrides: Option<toml::Table>,
 }
 
 impl SimConfig {
@@ -77,6 +80,7 @@ impl SimConfig {
             access_ns: 250.0,
             timeline_points: 50,
             footprint: None,
+            engine_overrides: None,
         }
     }
 }
