@@ -232,13 +232,18 @@ fn an_engine_config_file_configures_the_simulated_engine() {
     // A fixed 30 ms epoch: the adaptive controller steps by doubling from 10 ms, never to 30.
     let fixed = file(
         "fixed.toml",
-        "[agent]\nlog_format = \"json\"\n\n[engine.policy.epoch]\nadaptive = false\ninitial_ms = 30\n",
+        concat!(
+            "[agent]\nlog_format = \"json\"\n\n",
+            "[engine.policy.epoch]\nadaptive = false\ninitial_ms = 30\n",
+        ),
     );
-    let default = sim_json(&trace, &["--policy", "memtide"]);
-    assert_ne!(default["policy_info"]["mean_epoch_ms"], 30.0);
-    let configured = sim_json(&trace, &["--policy", "memtide", "--engine-config", &fixed]);
-    assert_eq!(configured["policy_info"]["mean_epoch_ms"], 30.0);
-    assert_eq!(configured["policy_info"]["final_epoch_ms"], 30);
+    for policy in ["memtide", "static-2m"] {
+        let default = sim_json(&trace, &["--policy", policy]);
+        assert_ne!(default["policy_info"]["mean_epoch_ms"], 30.0, "{policy}");
+        let configured = sim_json(&trace, &["--policy", policy, "--engine-config", &fixed]);
+        assert_eq!(configured["policy_info"]["mean_epoch_ms"], 30.0, "{policy}");
+        assert_eq!(configured["policy_info"]["final_epoch_ms"], 30, "{policy}");
+    }
 
     let refused = |extra: &[&str], expected: &[&str]| {
         let mut args = vec!["sim", "--trace", trace.to_str().unwrap()];
@@ -255,6 +260,35 @@ fn an_engine_config_file_configures_the_simulated_engine() {
         &["--policy", "memtide", "--engine-config", &unknown],
         &[&unknown, "nope"],
     );
+    let mistyped = file(
+        "mistyped.toml",
+        "[engine.policy.epoch]\ninitial_ms = \"x\"\n",
+    );
+    refused(
+        &["--policy", "memtide", "--engine-config", &mistyped],
+        &[&mistyped, "policy.epoch.initial_ms"],
+    );
+    let invalid = file(
+        "invalid.toml",
+        "[engine.policy.capacity]\nhigh_watermark = 2.0\n",
+    );
+    refused(
+        &["--policy", "memtide", "--engine-config", &invalid],
+        &[&invalid, "high_watermark"],
+    );
+    let broken = file("broken.toml", "[engine\n");
+    refused(
+        &["--policy", "memtide", "--engine-config", &broken],
+        &[&broken, "line 1"],
+    );
+    let typo = file(
+        "typo.toml",
+        "[engine]\n[engin.policy.epoch]\nreuse_floor = true\n",
+    );
+    refused(
+        &["--policy", "memtide", "--engine-config", &typo],
+        &[&typo, "unknown table `engin`"],
+    );
     let no_engine = file("agent-only.toml", "[agent]\nlog_format = \"json\"\n");
     refused(
         &["--policy", "memtide", "--engine-config", &no_engine],
@@ -264,4 +298,16 @@ fn an_engine_config_file_configures_the_simulated_engine() {
         &["--policy", "hemem", "--engine-config", &fixed],
         &["--engine-config", "hemem"],
     );
+}
+
+/// `--engine-config` refuses the tables an agent configuration file cannot have: its list is
+/// the configuration's own.
+#[test]
+fn the_engine_config_reader_knows_the_agent_configuration_tables() {
+    let tables = toml::Table::try_from(memtide_config::Config::default()).unwrap();
+    let mut expected: Vec<&str> = tables.keys().map(String::as_str).collect();
+    let mut known = memtide_sim::cli::AGENT_CONFIG_TABLES.to_vec();
+    expected.sort_unstable();
+    known.sort_unstable();
+    assert_eq!(known, expected);
 }

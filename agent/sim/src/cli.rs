@@ -9,6 +9,7 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
+use memtide_core::policy::EpochConfig;
 
 use super::{
     PolicyName,
@@ -69,10 +70,11 @@ pub struct SimArgs {
     pub lenient: bool,
 
     /// An agent configuration file whose `[engine]` table is laid over the simulator's engine
-    /// configuration for the preset: every key the table sets replaces the simulator's value,
-    /// the preset's latencies and costs included; the keys it leaves out keep theirs. For the
-    /// policies that run memtide's engine (memtide, static-*); not with --suite, whose report
-    /// documents the defaults.
+    /// configuration for the preset: every key the table sets replaces the simulator's value;
+    /// the keys it leaves out keep theirs. Tier latencies and bandwidths stay the preset's, as
+    /// the daemon's come from the machine where its firmware declares them. For the policies
+    /// that run memtide's engine (memtide, static-*); not with --suite, whose report documents
+    /// the defaults.
     #[arg(long, value_name = "PATH", conflicts_with = "suite")]
     pub engine_config: Option<PathBuf>,
 
@@ -237,7 +239,35 @@ fn copy_records<W: std::io::Write>(
     Ok((records, w.finish()?))
 }
 
-/// `memtide sim`.
+/// The tables of an agent configuration file (the fields of `memtide_config::Config`; a test
+/// in agent/tests/sim_cli.rs keeps the two in step). `--engine-config` reads `engine` and
+/// ignores the others.
+pub const AGENT_CONFIG_TABLES: [&str; 7] = [
+    "agent",
+    "targets",
+    "sources",
+    "topology",
+    "migration",
+    "engine",
+    "kubernetes",
+];
+
+/// `--engine-config`'s `[engine]` table, for a policy that runs memtide's engine.
+fn engine_overrides(
+    file: &Path,
+    policy: PolicyName,
+    preset: &Preset,
+) -> anyhow::Result<toml::Table> {
+    if !policy.uses_engine() {
+        bail!(
+            "--engine-config configures memtide's engine, which --policy {} does not run \
+             (it applies to memtide, static-4k, static-64k and static-2m)",
+            policy.name()
+        );
+    }
+    engine_table(file, preset)
+}
+
 /// The `[engine]` table of the agent configuration file at `path`, checked against the
 /// simulator's configuration for `preset` (unknown keys, invalid values).
 fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
@@ -245,18 +275,31 @@ fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
         .with_context(|| format!("reading --engine-config {}", path.display()))?;
     let mut file: toml::Table =
         toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    let Some(toml::Value::Table(engine)) = file.remove("engine") else {
+    if let Some(unknown) = file
+        .keys()
+        .find(|k| !AGENT_CONFIG_TABLES.contains(&k.as_str()))
+    {
         bail!(
+            "{}: unknown table `{unknown}`: an agent configuration file has {}",
+            path.display(),
+            AGENT_CONFIG_TABLES.map(|t| format!("[{t}]")).join(", ")
+        );
+    }
+    let engine = match file.remove("engine") {
+        Some(toml::Value::Table(engine)) => engine,
+        Some(_) => bail!("{}: `engine` must be a table: [engine]", path.display()),
+        None => bail!(
             "{}: no [engine] table: --engine-config reads the [engine] table of an agent \
              configuration file (deploy/config/memtide.toml lists its keys)",
             path.display()
-        );
+        ),
     };
     super::policy::engine_config_with(preset, Some(&engine))
         .map_err(|e| anyhow!("{}: [engine]: {e}", path.display()))?;
     Ok(engine)
 }
 
+/// `memtide sim`.
 pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let preset = args.preset.preset();
     let mut cfg = SimConfig::new(preset);
@@ -289,14 +332,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         bail!("--trace and --policy are required without --suite");
     };
     if let Some(file) = &args.engine_config {
-        if !policy.uses_engine() {
-            bail!(
-                "--engine-config configures memtide's engine, which --policy {} does not run \
-                 (it applies to memtide, static-4k, static-64k and static-2m)",
-                policy.name()
-            );
-        }
-        cfg.engine_overrides = Some(engine_table(file, &preset)?);
+        cfg.engine_overrides = Some(engine_overrides(file, policy, &preset)?);
     }
     let spec = FileTrace {
         path: path.clone(),
@@ -304,9 +340,21 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         lenient: args.lenient,
         record_weight: args.record_weight,
     };
-    let r = super::simulate(&spec, policy, &cfg)
-        .with_context(|| format!("simulating {} under {}", path.display(), policy.name()))?;
-    let first_epoch_s = memtide_core::policy::EpochConfig::default().initial_ms as f64 / 1000.0;
+    let r = super::simulate(&spec, policy, &cfg).with_context(|| {
+        let with = args.engine_config.as_ref().map_or(String::new(), |f| {
+            format!(" with --engine-config {}", f.display())
+        });
+        format!(
+            "simulating {} under {}{with}",
+            path.display(),
+            policy.name()
+        )
+    })?;
+    let first_epoch_ms = super::policy::engine_config_with(&preset, cfg.engine_overrides.as_ref())
+        .map_or(EpochConfig::default().initial_ms, |c| {
+            c.policy.epoch.initial_ms
+        });
+    let first_epoch_s = first_epoch_ms as f64 / 1000.0;
     if r.simulated_clock_s < 2.0 * first_epoch_s {
         eprintln!(
             "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",

@@ -116,9 +116,10 @@ impl PolicyName {
 pub enum SimError {
     #[error(transparent)]
     Trace(#[from] TraceError),
-    #[error("engine configuration: {0}")]
+    // The cause is the error's source: `{:#}` prints it after the context, once.
+    #[error("engine configuration")]
     Config(#[from] memtide_core::validate::ConfigError),
-    #[error("engine configuration: {0}")]
+    #[error("engine configuration")]
     EngineOverrides(#[from] policy::EngineOverrideError),
     #[error("{0}")]
     Io(#[from] std::io::Error),

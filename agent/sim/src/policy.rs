@@ -86,8 +86,10 @@ pub fn engine_config(preset: &Preset) -> TieringConfig {
 
 /// [`engine_config`] with the keys of `overrides` (an agent configuration file's `[engine]`
 /// table, `memtide sim --engine-config`) laid over it: every key the table sets replaces the
-/// simulator's value, the preset's latencies and costs included; the keys it leaves out keep
-/// theirs. Unknown keys and invalid values are errors, as they are for the daemon.
+/// simulator's value; the keys it leaves out keep theirs. Unknown keys and invalid values are
+/// errors, as they are for the daemon. The benefit rule's tier latencies and the bandwidths
+/// take effect only where the tiers declare none, and the tier model declares the preset's:
+/// like the daemon's firmware-declared costs, they win over the file's.
 pub fn engine_config_with(
     preset: &Preset,
     overrides: Option<&toml::Table>,
@@ -101,7 +103,7 @@ pub fn engine_config_with(
     lay_over(&mut table, overrides);
     let cfg: TieringConfig = toml::Value::Table(table)
         .try_into()
-        .map_err(|e: toml::de::Error| EngineOverrideError(e.message().to_owned()))?;
+        .map_err(|e: toml::de::Error| EngineOverrideError(e.to_string().trim_end().to_owned()))?;
     cfg.validate()
         .map_err(|e| EngineOverrideError(e.to_string()))?;
     Ok(cfg)
@@ -269,14 +271,17 @@ mod tests {
             engine_config_with(&preset, None).unwrap(),
             engine_config(&preset)
         );
-        let table: toml::Table = toml::from_str(
-            "[policy.epoch]\nreuse_floor = true\n[policy.benefit]\nmin_samples = 5\nslow_read_ns = 300.0\n",
-        )
+        let table: toml::Table = toml::from_str(concat!(
+            "interval_ms = 20\n",
+            "[policy.epoch]\nreuse_floor = true\n",
+            "[policy.benefit]\nmin_samples = 5\nmigrate_op_ns = 3000.0\n",
+        ))
         .unwrap();
         let mut expected = engine_config(&preset);
+        expected.engine.interval_ms = 20;
         expected.policy.epoch.reuse_floor = true;
         expected.policy.benefit.min_samples = 5;
-        expected.policy.benefit.slow_read_ns = 300.0;
+        expected.policy.benefit.migrate_op_ns = 3000.0;
         assert_eq!(engine_config_with(&preset, Some(&table)).unwrap(), expected);
     }
 
