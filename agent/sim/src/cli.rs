@@ -364,36 +364,41 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
-        println!(
-            "policy {}  trace {}  preset {}\n  records {}  footprint {} MiB  fast {} MiB\n  fast hit ratio {:.4}  fast write ratio {:.4}\n  migrated {:.1} MiB (4k {:.1} / 64k {:.1} / 2m {:.1} MiB) in {} ops; shootdowns {}, splits {}, ping-pong pages {}\n  huge pages kept {}/{}\n  projected {:.4} s vs all-fast {:.4} s ({:.3}×)",
-            r.policy,
-            r.trace,
-            r.preset,
-            r.records,
-            r.footprint_bytes >> 20,
-            r.fast_capacity_bytes >> 20,
-            r.fast_hit_ratio,
-            r.fast_write_ratio,
-            mib(r.migrated_bytes),
-            mib(r.migrated_bytes_by_granularity.k4),
-            mib(r.migrated_bytes_by_granularity.k64),
-            mib(r.migrated_bytes_by_granularity.m2),
-            r.migrations,
-            r.tlb_shootdowns,
-            r.huge_page_splits,
-            r.pingpong_pages,
-            r.huge_pages_kept,
-            r.huge_pages_total,
-            r.projected_time_s,
-            r.all_fast_time_s,
-            r.relative_time,
-        );
-        println!("  sampler {}  samples {}", r.sampler, r.samples);
-        if r.skipped_lines > 0 {
-            println!("  skipped malformed lines: {}", r.skipped_lines);
-        }
+        print_text(&r);
     }
     Ok(())
+}
+
+/// The human-readable summary of one replay.
+fn print_text(r: &super::run::SimResult) {
+    println!(
+        "policy {}  trace {}  preset {}\n  records {}  footprint {} MiB  fast {} MiB\n  fast hit ratio {:.4}  fast write ratio {:.4}\n  migrated {:.1} MiB (4k {:.1} / 64k {:.1} / 2m {:.1} MiB) in {} ops; shootdowns {}, splits {}, ping-pong pages {}\n  huge pages kept {}/{}\n  projected {:.4} s vs all-fast {:.4} s ({:.3}×)",
+        r.policy,
+        r.trace,
+        r.preset,
+        r.records,
+        r.footprint_bytes >> 20,
+        r.fast_capacity_bytes >> 20,
+        r.fast_hit_ratio,
+        r.fast_write_ratio,
+        mib(r.migrated_bytes),
+        mib(r.migrated_bytes_by_granularity.k4),
+        mib(r.migrated_bytes_by_granularity.k64),
+        mib(r.migrated_bytes_by_granularity.m2),
+        r.migrations,
+        r.tlb_shootdowns,
+        r.huge_page_splits,
+        r.pingpong_pages,
+        r.huge_pages_kept,
+        r.huge_pages_total,
+        r.projected_time_s,
+        r.all_fast_time_s,
+        r.relative_time,
+    );
+    println!("  sampler {}  samples {}", r.sampler, r.samples);
+    if r.skipped_lines > 0 {
+        println!("  skipped malformed lines: {}", r.skipped_lines);
+    }
 }
 
 fn mib(bytes: u64) -> f64 {
