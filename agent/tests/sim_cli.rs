@@ -255,45 +255,38 @@ fn an_engine_config_file_configures_the_simulated_engine() {
             assert!(err.contains(e), "{extra:?}: {err}");
         }
     };
-    let unknown = file("unknown.toml", "[engine.policy.epoch]\nnope = 1\n");
-    refused(
-        &["--policy", "memtide", "--engine-config", &unknown],
-        &[&unknown, "nope"],
-    );
-    let mistyped = file(
-        "mistyped.toml",
-        "[engine.policy.epoch]\ninitial_ms = \"x\"\n",
-    );
-    refused(
-        &["--policy", "memtide", "--engine-config", &mistyped],
-        &[&mistyped, "policy.epoch.initial_ms"],
-    );
-    let invalid = file(
-        "invalid.toml",
-        "[engine.policy.capacity]\nhigh_watermark = 2.0\n",
-    );
-    refused(
-        &["--policy", "memtide", "--engine-config", &invalid],
-        &[&invalid, "high_watermark"],
-    );
-    let broken = file("broken.toml", "[engine\n");
-    refused(
-        &["--policy", "memtide", "--engine-config", &broken],
-        &[&broken, "line 1"],
-    );
-    let typo = file(
-        "typo.toml",
-        "[engine]\n[engin.policy.epoch]\nreuse_floor = true\n",
-    );
-    refused(
-        &["--policy", "memtide", "--engine-config", &typo],
-        &[&typo, "unknown table `engin`"],
-    );
-    let no_engine = file("agent-only.toml", "[agent]\nlog_format = \"json\"\n");
-    refused(
-        &["--policy", "memtide", "--engine-config", &no_engine],
-        &[&no_engine, "no [engine] table"],
-    );
+    // (file name, contents, what the error must say besides the file's path)
+    let bad_files = [
+        ("unknown.toml", "[engine.policy.epoch]\nnope = 1\n", "nope"),
+        (
+            "mistyped.toml",
+            "[engine.policy.epoch]\ninitial_ms = \"x\"\n",
+            "policy.epoch.initial_ms",
+        ),
+        (
+            "invalid.toml",
+            "[engine.policy.capacity]\nhigh_watermark = 2.0\n",
+            "high_watermark",
+        ),
+        ("broken.toml", "[engine\n", "line 1"),
+        (
+            "typo.toml",
+            "[engine]\n[engin.policy.epoch]\nreuse_floor = true\n",
+            "unknown table `engin`",
+        ),
+        (
+            "agent-only.toml",
+            "[agent]\nlog_format = \"json\"\n",
+            "no [engine] table",
+        ),
+    ];
+    for (name, text, says) in bad_files {
+        let path = file(name, text);
+        refused(
+            &["--policy", "memtide", "--engine-config", &path],
+            &[&path, says],
+        );
+    }
     refused(
         &["--policy", "hemem", "--engine-config", &fixed],
         &["--engine-config", "hemem"],
