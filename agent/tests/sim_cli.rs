@@ -53,6 +53,7 @@ fn json_contract_for_every_policy() {
         "memtide",
         "oracle",
         "oracle-epoch",
+        "hindsight",
         "no-migration",
         "interleave",
         "bw-aware",

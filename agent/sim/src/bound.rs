@@ -28,10 +28,40 @@ use memtide_core::units::{PAGE_SIZE, Tier};
 
 #[derive(Default)]
 pub struct Bound {
-    /// Superpages (model indices) holding fast pages: what the next batch clears.
-    placed: Vec<usize>,
+    fast: FreePlacement,
     /// Accesses per 4 KiB page number in the batch.
     counts: HashMap<u64, u32>,
+}
+
+/// A fast tier placed for nothing (by the bound and by free hindsight): no migration is
+/// counted or charged.
+#[derive(Default)]
+pub(crate) struct FreePlacement {
+    /// Superpages (model indices) holding fast pages: what the next placement clears.
+    placed: Vec<usize>,
+}
+
+impl FreePlacement {
+    /// Makes the fast tier hold exactly the most-accessed of `counts` (accesses per 4 KiB page
+    /// number) that fit, and nothing else.
+    pub(crate) fn hold(
+        &mut self,
+        model: &mut TierModel,
+        counts: impl IntoIterator<Item = (u64, u32)>,
+    ) {
+        for idx in self.placed.drain(..) {
+            model.place_free(idx, [0; 8]);
+        }
+        let capacity = model.fast_capacity_bytes() / PAGE_SIZE;
+        for (sp, fast) in most_accessed(counts, capacity) {
+            let idx = match model.find(sp) {
+                Some(idx) => idx,
+                None => model.map(sp, Tier::Slow),
+            };
+            model.place_free(idx, fast);
+            self.placed.push(idx);
+        }
+    }
 }
 
 impl SimPolicy for Bound {
@@ -45,22 +75,11 @@ impl SimPolicy for Bound {
     }
 
     fn before_batch(&mut self, batch: &[TraceRecord], model: &mut TierModel) {
-        for idx in self.placed.drain(..) {
-            model.place_free(idx, [0; 8]);
-        }
         self.counts.clear();
         for r in batch {
             *self.counts.entry(r.addr / PAGE_SIZE).or_default() += 1;
         }
-        let capacity = model.fast_capacity_bytes() / PAGE_SIZE;
-        for (sp, fast) in most_accessed(self.counts.drain(), capacity) {
-            let idx = match model.find(sp) {
-                Some(idx) => idx,
-                None => model.map(sp, Tier::Slow),
-            };
-            model.place_free(idx, fast);
-            self.placed.push(idx);
-        }
+        self.fast.hold(model, self.counts.drain());
     }
 
     fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}

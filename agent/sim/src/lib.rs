@@ -1,10 +1,10 @@
 //! The tier simulator and evaluation suite (`memtide sim`, `memtide gen`).
 //!
 //! Traces ([`trace`]: native, lackey, perf-script; or [`workload`]'s synthetic workloads) stream
-//! through a policy ([`policy`]: the daemon's own engine, [`baselines`], the [`bound`] and the
-//! epoch [`oracle`]) and a tier
-//! model ([`model`]); [`run`] replays one trace under one policy, [`suite`] runs the matrix and
-//! writes the report. Everything is deterministic from seeds.
+//! through a policy ([`policy`]: the daemon's own engine, [`baselines`], the [`bound`], free
+//! [`hindsight`] and the epoch [`oracle`]) and a tier model ([`model`]); [`run`] replays one
+//! trace under one policy, [`suite`] runs the matrix and writes the report. Everything is
+//! deterministic from seeds.
 //!
 //! It depends on `memtide-core` only, never on the agent: a simulation runs the very engine and
 //! planner the daemon runs, without a kernel.
@@ -13,6 +13,7 @@
 pub mod baselines;
 pub mod bound;
 pub mod cli;
+pub mod hindsight;
 pub mod model;
 pub mod oracle;
 pub mod policy;
@@ -30,6 +31,7 @@ use self::{
         damon::Damon, hemem::HeMem, memtis::Memtis, static_place::StaticPlacement, tpp::Tpp,
     },
     bound::Bound,
+    hindsight::Hindsight,
     model::Preset,
     oracle::EpochOracle,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
@@ -47,6 +49,7 @@ pub enum PolicyName {
     #[value(name = "oracle-epoch")]
     #[serde(rename = "oracle-epoch")]
     OracleEpoch,
+    Hindsight,
     NoMigration,
     Interleave,
     BwAware,
@@ -66,10 +69,11 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [Self; 13] = [
+    pub const ALL: [Self; 14] = [
         Self::Memtide,
         Self::Oracle,
         Self::OracleEpoch,
+        Self::Hindsight,
         Self::NoMigration,
         Self::Interleave,
         Self::BwAware,
@@ -97,6 +101,7 @@ impl PolicyName {
             Self::Memtide => "memtide",
             Self::Oracle => "oracle",
             Self::OracleEpoch => "oracle-epoch",
+            Self::Hindsight => "hindsight",
             Self::NoMigration => "no-migration",
             Self::Interleave => "interleave",
             Self::BwAware => "bw-aware",
@@ -158,6 +163,7 @@ pub fn make_policy(
         PolicyName::Memtis => Box::new(Memtis::default()),
         PolicyName::Damon => Box::new(Damon::default()),
         PolicyName::Oracle => Box::new(Bound::default()),
+        PolicyName::Hindsight => Box::new(Hindsight::default()),
         PolicyName::OracleEpoch => {
             let weight = spec.open()?.meta().record_weight;
             Box::new(EpochOracle::new(

@@ -9,46 +9,7 @@ const TEMPLATE: &str = include_str!("diagnostics.md");
 impl Report<'_> {
     /// Per-trace figures behind the headline, and what they show.
     pub(super) fn diagnostics(&self) -> String {
-        let mut o = String::from(
-            "## Where memtide falls short, and why (computed from the runs above)\n\n| trace | memtide hit | bound (`oracle`) hit | share | `oracle-epoch` hit | plans | mean epoch ms | final granularity | migrated MiB |\n|---|---|---|---|---|---|---|---|---|\n",
-        );
-        let mut rows: Vec<(f64, String)> = Vec::new();
-        for t in &self.traces {
-            let (Some(m), Some(or)) = (
-                self.main(t, PolicyName::Memtide),
-                self.main(t, PolicyName::Oracle),
-            ) else {
-                continue;
-            };
-            let share = m.fast_hit_ratio / or.fast_hit_ratio.max(1e-9);
-            let epoch_oracle = self
-                .main(t, PolicyName::OracleEpoch)
-                .map_or(f64::NAN, |r| r.fast_hit_ratio);
-            let info = &m.policy_info;
-            let num = |k: &str| {
-                info.get(k)
-                    .and_then(serde_json::Value::as_f64)
-                    .unwrap_or(0.0)
-            };
-            rows.push((
-                share,
-                format!(
-                    "| {t} | {:.3} | {:.3} | {:.0} % | {:.3} | {:.0} | {:.0} | {} KiB | {} |\n",
-                    m.fast_hit_ratio,
-                    or.fast_hit_ratio,
-                    share * 100.0,
-                    epoch_oracle,
-                    num("plans"),
-                    num("mean_epoch_ms"),
-                    num("final_granularity_bytes") as u64 >> 10,
-                    m.migrated_bytes >> 20
-                ),
-            ));
-        }
-        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
-        for (_, r) in &rows {
-            o.push_str(r);
-        }
+        let mut o = self.shortfall_table();
         let hit = |t: &str, p: PolicyName| self.main(t, p).map_or(f64::NAN, |r| r.fast_hit_ratio);
         let stable_min = ["gups-hotset", "clustered-64k", "sparse-superpage", "rw-mix"]
             .iter()
@@ -94,6 +55,13 @@ impl Report<'_> {
         };
         let clock = range(&mut real_runs.iter().map(|r| r.simulated_clock_s));
         let plans = range(&mut self.real.iter().map(|t| info(t, "plans")));
+        let real_hindsight = range(&mut self.real.iter().map(|t| hit(t, PolicyName::Hindsight)));
+        let real_share = range(
+            &mut self
+                .real
+                .iter()
+                .map(|t| 100.0 * hit(t, PolicyName::Memtide) / hit(t, PolicyName::Hindsight)),
+        );
         let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
         let epoch_defaults = memtide_core::policy::EpochConfig::default();
         let f3 = |x: f64| format!("{x:.3}");
@@ -106,6 +74,11 @@ impl Report<'_> {
                     "gups_epoch_oracle",
                     f3(hit("gups", PolicyName::OracleEpoch)),
                 ),
+                ("gups_hindsight", f3(hit("gups", PolicyName::Hindsight))),
+                ("real_hindsight_min", f3(real_hindsight.0)),
+                ("real_hindsight_max", f3(real_hindsight.1)),
+                ("real_share_min", f0(real_share.0)),
+                ("real_share_max", f0(real_share.1)),
                 ("real_clock_min", format!("{:.1}", clock.0)),
                 ("real_clock_max", format!("{:.1}", clock.1)),
                 ("initial_ms", epoch_defaults.initial_ms.to_string()),
@@ -134,6 +107,56 @@ impl Report<'_> {
                 ),
             ],
         ));
+        o
+    }
+
+    /// memtide's hit ratio against the bound, the epoch oracle and free hindsight, per trace of
+    /// the main matrix, lowest share of the bound first.
+    fn shortfall_table(&self) -> String {
+        let mut o = String::from(
+            "## Where memtide falls short, and why (computed from the runs above)\n\n| trace | memtide hit | bound (`oracle`) hit | share | `oracle-epoch` hit | `hindsight` hit | plans | mean epoch ms | final granularity | migrated MiB |\n|---|---|---|---|---|---|---|---|---|---|\n",
+        );
+        let mut rows: Vec<(f64, String)> = Vec::new();
+        for t in &self.traces {
+            let (Some(m), Some(or)) = (
+                self.main(t, PolicyName::Memtide),
+                self.main(t, PolicyName::Oracle),
+            ) else {
+                continue;
+            };
+            let share = m.fast_hit_ratio / or.fast_hit_ratio.max(1e-9);
+            let epoch_oracle = self
+                .main(t, PolicyName::OracleEpoch)
+                .map_or(f64::NAN, |r| r.fast_hit_ratio);
+            let hindsight = self
+                .main(t, PolicyName::Hindsight)
+                .map_or(f64::NAN, |r| r.fast_hit_ratio);
+            let info = &m.policy_info;
+            let num = |k: &str| {
+                info.get(k)
+                    .and_then(serde_json::Value::as_f64)
+                    .unwrap_or(0.0)
+            };
+            rows.push((
+                share,
+                format!(
+                    "| {t} | {:.3} | {:.3} | {:.0} % | {:.3} | {:.3} | {:.0} | {:.0} | {} KiB | {} |\n",
+                    m.fast_hit_ratio,
+                    or.fast_hit_ratio,
+                    share * 100.0,
+                    epoch_oracle,
+                    hindsight,
+                    num("plans"),
+                    num("mean_epoch_ms"),
+                    num("final_granularity_bytes") as u64 >> 10,
+                    m.migrated_bytes >> 20
+                ),
+            ));
+        }
+        rows.sort_by(|a, b| a.0.total_cmp(&b.0));
+        for (_, r) in &rows {
+            o.push_str(r);
+        }
         o
     }
 }

@@ -1,0 +1,203 @@
+//! Free hindsight (`--policy hindsight`): what exact knowledge of the past reaches when
+//! migration costs nothing. A yardstick between memtide and [the bound](crate::bound).
+//!
+//! The bound knows each batch before it happens; wherever the fast tier holds more pages than
+//! a batch touches it is 1.0, which says how far a policy is from perfect, not what a policy
+//! without foresight could reach. This policy has no foresight but every other advantage: it
+//! sees every access that reached memory (no sampling), re-places the whole fast tier before
+//! every batch of [`BATCH`] records, and moves for nothing (nothing is counted or charged), so
+//! its projected time bounds nothing either. A causal policy can beat it, but only by knowing
+//! something about the program that recency does not.
+//!
+//! It follows one of two placements, whichever served more of the recent batches (the score of
+//! each halves every batch and gains the hits it would have had on the last one):
+//! - **pages**: the most recently accessed 4 KiB pages that fit (ties: more accesses in their
+//!   last batch), what an exact LRU over pages keeps;
+//! - **superpages**: the most recently accessed 2 MiB superpages that fit whole, what an exact
+//!   LRU over huge pages keeps, which carries a page's neighbours into the fast tier before
+//!   they are touched (a scan's next pages).
+//!
+//! [`BATCH`]: crate::run::BATCH
+
+use std::collections::{HashMap, HashSet};
+
+use crate::{
+    bound::FreePlacement,
+    model::TierModel,
+    policy::{Clock, SimPolicy},
+    trace::TraceRecord,
+};
+use memtide_common::AccessSample;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, Tier};
+
+const PAGES_PER_SUPERPAGE: u64 = SUBPAGES as u64;
+
+#[derive(Default)]
+pub struct Hindsight {
+    fast: FreePlacement,
+    /// Batches seen.
+    batch: u64,
+    pages: Recency,
+    superpages: Recency,
+    /// Hits each placement would have had, halved every batch: `[pages, superpages]`.
+    score: [f64; 2],
+}
+
+/// When each key (a page or a superpage number) was last accessed, and how often then.
+#[derive(Default)]
+struct Recency(HashMap<u64, (u64, u32)>);
+
+impl Recency {
+    fn touch(&mut self, key: u64, batch: u64) {
+        let last = self.0.entry(key).or_insert((batch, 0));
+        if last.0 != batch {
+            *last = (batch, 0);
+        }
+        last.1 += 1;
+    }
+
+    /// The `n` keys accessed most recently (ties: more accesses in that batch, then the lower
+    /// key, so that a replay is deterministic).
+    fn most_recent(&self, n: usize) -> HashSet<u64> {
+        let mut keys: Vec<(u64, (u64, u32))> = self.0.iter().map(|(&k, &v)| (k, v)).collect();
+        if keys.len() > n {
+            keys.select_nth_unstable_by(n, |a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+            keys.truncate(n);
+        }
+        keys.into_iter().map(|(k, _)| k).collect()
+    }
+}
+
+impl SimPolicy for Hindsight {
+    fn name(&self) -> String {
+        "hindsight".into()
+    }
+
+    /// Every superpage is mapped slow; [`Self::before_batch`] places the pages that count.
+    fn place(&mut self, _: u64, _: &TierModel) -> Tier {
+        Tier::Slow
+    }
+
+    fn before_batch(&mut self, batch: &[TraceRecord], model: &mut TierModel) {
+        let capacity = model.fast_capacity_bytes() / PAGE_SIZE;
+        let pages = self
+            .pages
+            .most_recent(usize::try_from(capacity).unwrap_or(usize::MAX));
+        let superpages = self
+            .superpages
+            .most_recent(usize::try_from(capacity / PAGES_PER_SUPERPAGE).unwrap_or(usize::MAX));
+        if self.score[1] > self.score[0] {
+            let whole =
+                |sp: u64| (0..PAGES_PER_SUPERPAGE).map(move |i| (sp * PAGES_PER_SUPERPAGE + i, 1));
+            self.fast
+                .hold(model, superpages.iter().flat_map(|&sp| whole(sp)));
+        } else {
+            self.fast.hold(model, pages.iter().map(|&page| (page, 1)));
+        }
+        // Only now does the batch count: what is placed for it was chosen without it.
+        let mut hits = [0u32; 2];
+        for r in batch {
+            let page = r.addr / PAGE_SIZE;
+            let sp = page / PAGES_PER_SUPERPAGE;
+            hits[0] += u32::from(pages.contains(&page));
+            hits[1] += u32::from(superpages.contains(&sp));
+            self.pages.touch(page, self.batch);
+            self.superpages.touch(sp, self.batch);
+        }
+        for (score, hits) in self.score.iter_mut().zip(hits) {
+            *score = *score / 2.0 + f64::from(hits);
+        }
+        self.batch += 1;
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
+
+    fn step(&mut self, _: Clock, _: &mut TierModel) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::{
+        PolicyName,
+        model::PresetName,
+        run::{FastSize, MemTrace, SimConfig},
+        simulate,
+        trace::{TraceMeta, TraceRecord},
+        workload::BASE,
+    };
+    use memtide_core::units::{PAGE_SIZE, SUPERPAGE_SIZE};
+
+    /// Hit ratios of `policies` on `records` (all past the caches) with a fast tier of
+    /// `fast_bytes`.
+    fn hit_ratios(records: Vec<TraceRecord>, fast_bytes: u64, policies: &[PolicyName]) -> Vec<f64> {
+        let trace = MemTrace {
+            name: "hindsight".into(),
+            records: Arc::new(records),
+            meta: TraceMeta {
+                past_caches: true,
+                ..TraceMeta::default()
+            },
+        };
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.fast = FastSize::Bytes(fast_bytes);
+        policies
+            .iter()
+            .map(|&p| {
+                let r = simulate(&trace, p, &cfg).unwrap();
+                if p == PolicyName::Hindsight {
+                    assert_eq!(r.migrated_bytes, 0, "hindsight's placements are not moves");
+                }
+                r.fast_hit_ratio
+            })
+            .collect()
+    }
+
+    /// One hot page in each of 64 superpages, read in turn: the fast tier (128 pages) holds no
+    /// superpage whole but every hot page, and only the first batch, before anything is known,
+    /// misses.
+    #[test]
+    fn scattered_hot_pages_are_held_page_by_page() {
+        let records: Vec<TraceRecord> = (0..2000)
+            .flat_map(|_| (0..64).map(|sp| TraceRecord::load(BASE + sp * SUPERPAGE_SIZE)))
+            .collect();
+        let [hindsight, first_touch] = hit_ratios(
+            records,
+            128 * PAGE_SIZE,
+            &[PolicyName::Hindsight, PolicyName::NoMigration],
+        )[..] else {
+            unreachable!()
+        };
+        assert!(hindsight > 0.99, "hindsight {hindsight}");
+        assert!(first_touch < 0.01, "first touch {first_touch}");
+    }
+
+    /// A scan reading every line of 16 superpages once: no page is read again once the scan
+    /// has left it, so recency over pages serves nothing of the next batch; recency over
+    /// superpages holds the superpage being scanned, and misses only its first batch.
+    #[test]
+    fn a_scan_is_served_by_whole_superpages() {
+        let records: Vec<TraceRecord> = (0..16 * SUPERPAGE_SIZE / 64)
+            .map(|line| TraceRecord::load(BASE + line * 64))
+            .collect();
+        let [hindsight, bound, first_touch] = hit_ratios(
+            records,
+            4 * SUPERPAGE_SIZE,
+            &[
+                PolicyName::Hindsight,
+                PolicyName::Oracle,
+                PolicyName::NoMigration,
+            ],
+        )[..] else {
+            unreachable!()
+        };
+        // 32 batches per superpage, the first of each a miss: 31/32.
+        assert!(hindsight > 0.95, "hindsight {hindsight}");
+        assert!(
+            hindsight <= bound,
+            "hindsight {hindsight} above the bound {bound}"
+        );
+        assert!(first_touch < 0.3, "first touch {first_touch}");
+    }
+}
