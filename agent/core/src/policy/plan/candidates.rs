@@ -91,11 +91,13 @@ impl Planner {
             };
             let (r, w) = hot.counters(slot);
             let write_factor = hot.write_factor();
-            let stage2_total: f64 = r
+            // Summed as integers (exact, and an integer add is not a float add's dependency
+            // chain): every page of every stage-2 superpage passes here.
+            let stage2_total = r
                 .iter()
                 .zip(w)
-                .map(|(&r, &w)| f64::from(subpage::in_read_samples(r, w, write_factor)))
-                .sum();
+                .map(|(&r, &w)| u64::from(subpage::in_read_samples(r, w, write_factor)))
+                .sum::<u64>() as f64;
             // Stage-1 accesses per stage-2 count: candidate traffic and tier traffic share a scale.
             let traffic_per_count = rec.map_or(0.0, |rec| {
                 f64::from(hot.accesses(rec)) * scale.k1 / stage2_total.max(1.0)
@@ -160,9 +162,7 @@ impl Planner {
         }
         let mp = g.medium.pages() as usize;
         for chunk in (0..SUBPAGES).step_by(mp) {
-            let observed = (chunk..chunk + mp)
-                .filter(|&p| ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0)
-                .count() as u32;
+            let observed = count_bits(&ctx.region.accessed, chunk, mp);
             let acc = ctx.region.estimate(observed, mp as u32);
             if g.chunk_granularity(target, acc) == g.medium {
                 push(chunk, mp, g.medium);
@@ -278,4 +278,59 @@ fn scan_region(
             .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
     };
     (region, huge)
+}
+
+/// Set bits of `mask` (a bit per page of a superpage) among pages `first..first + n`.
+fn count_bits(mask: &[u64; 8], first: usize, n: usize) -> u32 {
+    let mut count = 0;
+    let mut p = first;
+    while p < first + n {
+        let (word, bit) = (p / 64, p % 64);
+        let span = (64 - bit).min(first + n - p);
+        let ones = if span == 64 {
+            u64::MAX
+        } else {
+            (1u64 << span) - 1
+        };
+        count += ((mask[word] >> bit) & ones).count_ones();
+        p += span;
+    }
+    count
+}
+
+#[cfg(test)]
+mod tests {
+    use super::count_bits;
+
+    #[test]
+    fn count_bits_counts_the_range_only_across_word_boundaries() {
+        let mask = [
+            0xF0F0_0000_0000_000F,
+            u64::MAX,
+            0,
+            1,
+            1 << 63,
+            0xAAAA_AAAA_AAAA_AAAA,
+            0,
+            u64::MAX,
+        ];
+        let naive = |first: usize, n: usize| {
+            (first..first + n)
+                .filter(|&p| mask[p / 64] & (1 << (p % 64)) != 0)
+                .count() as u32
+        };
+        for (first, n) in [
+            (0, 512),
+            (0, 16),
+            (48, 16),
+            (60, 8),
+            (56, 80),
+            (255, 2),
+            (320, 64),
+            (1, 510),
+            (511, 1),
+        ] {
+            assert_eq!(count_bits(&mask, first, n), naive(first, n), "{first}+{n}");
+        }
+    }
 }

@@ -263,28 +263,51 @@ impl Planner {
         let page_thr = self.cfg.benefit.threshold_ns;
         let (r, w) = hot.counters(sv.rec.slot);
         let factor = sv.units.write_factor();
-        let samples = |p: usize| f64::from(subpage::in_read_samples(r[p], w[p], factor));
-        let total: f64 = (0..SUBPAGES).map(samples).sum::<f64>() * k2;
+        // A run's read, write and read-sample counts, summed as integers and scaled once: this
+        // is the planner's hottest loop (every page of every stage-2 superpage with fast data).
+        let counts = |first: usize, n: usize| {
+            (first..first + n).fold((0u64, 0u64, 0u64), |(cr, cw, cs), p| {
+                (
+                    cr + u64::from(subpage::value(r[p])),
+                    cw + u64::from(subpage::value(w[p])),
+                    cs + u64::from(subpage::in_read_samples(r[p], w[p], factor)),
+                )
+            })
+        };
+        let all = counts(0, SUBPAGES);
+        let total = all.2 as f64 * k2;
         // Stage-1 traffic per stage-2 read sample: the superpage's traffic shared by its pages.
         let per = sv.accesses / total.max(1.0);
-        let page = |p: usize| {
+        let scaled = |(cr, cw, cs): (u64, u64, u64)| {
             (
-                f64::from(subpage::value(r[p])) * k2 * sv.units.read,
-                f64::from(subpage::value(w[p])) * k2 * sv.units.write,
-                samples(p) * k2 * per,
+                cr as f64 * k2 * sv.units.read,
+                cw as f64 * k2 * sv.units.write,
+                cs as f64 * k2 * per,
             )
         };
-        let is_hot = |p: usize| {
-            let (pr, pw, _) = page(p);
-            costs.eq1(pr, pw, PAGE_SIZE) > page_thr
-        };
-        let sum = |first: usize, n: usize| {
-            (first..first + n)
-                .map(page)
-                .fold((0.0, 0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1, a.2 + b.2))
-        };
-        let (reads, writes, traffic) = sum(0, SUBPAGES);
-        let any_hot = (0..SUBPAGES).any(is_hot);
+        // Which fast pages pass Eq. (1), worked out once: the runs below ask up to twice per
+        // page. Only fast pages are asked (the whole superpage when it is all fast).
+        let mut hot_pages = [0u64; 8];
+        let uncounted_is_hot = costs.eq1(0.0, 0.0, PAGE_SIZE) > page_thr;
+        for (word, &fast) in sv.residency.fast.iter().enumerate() {
+            let mut left = fast;
+            while left != 0 {
+                let p = word * 64 + left.trailing_zeros() as usize;
+                left &= left - 1;
+                let hot = if r[p] | w[p] == 0 {
+                    uncounted_is_hot
+                } else {
+                    let pr = f64::from(subpage::value(r[p])) * k2 * sv.units.read;
+                    let pw = f64::from(subpage::value(w[p])) * k2 * sv.units.write;
+                    costs.eq1(pr, pw, PAGE_SIZE) > page_thr
+                };
+                hot_pages[word] |= u64::from(hot) << (p % 64);
+            }
+        }
+        let is_hot = |p: usize| hot_pages[p / 64] & (1 << (p % 64)) != 0;
+        let sum = |first: usize, n: usize| scaled(counts(first, n));
+        let (reads, writes, traffic) = scaled(all);
+        let any_hot = hot_pages != [0; 8];
         if sv.whole_fast_and_settled() && !any_hot {
             victims.push(sv.whole(reads, writes, traffic));
             return reads + writes;
