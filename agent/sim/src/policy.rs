@@ -39,8 +39,9 @@ pub trait SimPolicy: Send {
         model.first_touch()
     }
 
-    /// The batch about to be replayed, before its first access: only the bound, which knows
-    /// the future by definition, looks. Default: nothing.
+    /// The batch about to be replayed (its records that reach memory), before its first access:
+    /// the bound, which knows the future by definition, places for it; free hindsight places
+    /// first and only then counts it, for the batches after. Default: nothing.
     fn before_batch(&mut self, batch: &[TraceRecord], model: &mut TierModel) {
         let _ = (batch, model);
     }

@@ -91,8 +91,9 @@ impl Planner {
             };
             let (r, w) = hot.counters(slot);
             let write_factor = hot.write_factor();
-            // Summed as integers (exact, and an integer add is not a float add's dependency
-            // chain): every page of every stage-2 superpage passes here.
+            // Summed as integers: the same exact sum, but associative, so the compiler may
+            // vectorise it where a float sum must add in order (every page of every stage-2
+            // superpage passes here).
             let stage2_total = r
                 .iter()
                 .zip(w)
@@ -282,6 +283,11 @@ fn scan_region(
 
 /// Set bits of `mask` (a bit per page of a superpage) among pages `first..first + n`.
 fn count_bits(mask: &[u64; 8], first: usize, n: usize) -> u32 {
+    debug_assert!(
+        first + n <= SUBPAGES,
+        "pages {first}..{} of a superpage",
+        first + n
+    );
     let mut count = 0;
     let mut p = first;
     while p < first + n {

@@ -257,10 +257,6 @@ impl Planner {
         k2: f64,
         (victims, donors): (&mut Vec<Victim>, Option<&mut Vec<Victim>>),
     ) -> f64 {
-        // A page whose accesses pay for its copy is hot whatever the promotion threshold: a
-        // threshold raised to make promotions pickier must not make warm data an eviction
-        // victim (it would hand the watermark whole superpages of it).
-        let page_thr = self.cfg.benefit.threshold_ns;
         let (r, w) = hot.counters(sv.rec.slot);
         let factor = sv.units.write_factor();
         // A run's read, write and read-sample counts, summed as integers and scaled once: this
@@ -285,30 +281,14 @@ impl Planner {
                 cs as f64 * k2 * per,
             )
         };
-        // Which fast pages pass Eq. (1), worked out once: the runs below ask up to twice per
-        // page. Only fast pages are asked (the whole superpage when it is all fast).
-        let mut hot_pages = [0u64; 8];
-        let uncounted_is_hot = costs.eq1(0.0, 0.0, PAGE_SIZE) > page_thr;
-        for (word, &fast) in sv.residency.fast.iter().enumerate() {
-            let mut left = fast;
-            while left != 0 {
-                let p = word * 64 + left.trailing_zeros() as usize;
-                left &= left - 1;
-                let hot = if r[p] | w[p] == 0 {
-                    uncounted_is_hot
-                } else {
-                    let pr = f64::from(subpage::value(r[p])) * k2 * sv.units.read;
-                    let pw = f64::from(subpage::value(w[p])) * k2 * sv.units.write;
-                    costs.eq1(pr, pw, PAGE_SIZE) > page_thr
-                };
-                hot_pages[word] |= u64::from(hot) << (p % 64);
-            }
-        }
+        // Worked out once: the runs below ask up to twice per page, and only of fast pages.
+        let threshold = self.cfg.benefit.threshold_ns;
+        let hot_pages = hot_fast_pages(costs, threshold, sv, (r, w), k2);
         let is_hot = |p: usize| hot_pages[p / 64] & (1 << (p % 64)) != 0;
         let sum = |first: usize, n: usize| scaled(counts(first, n));
         let (reads, writes, traffic) = scaled(all);
-        let any_hot = hot_pages != [0; 8];
-        if sv.whole_fast_and_settled() && !any_hot {
+        // Every page is fast here, so "no fast page hot" is "no page hot".
+        if sv.whole_fast_and_settled() && hot_pages == [0; 8] {
             victims.push(sv.whole(reads, writes, traffic));
             return reads + writes;
         }
@@ -477,6 +457,37 @@ pub(super) fn granules(
 }
 
 /// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
+/// The fast pages of a stage-2 superpage (a bit each) whose own counts pass Eq. (1) against the
+/// per-page threshold: a page whose accesses pay for its copy is hot whatever the promotion
+/// threshold, so a threshold raised to make promotions pickier does not make warm data an
+/// eviction victim (it would hand the watermark whole superpages of it).
+fn hot_fast_pages(
+    costs: &CostModel,
+    threshold: f64,
+    sv: &SuperpageVictims<'_>,
+    (r, w): (&[u32], &[u32]),
+    k2: f64,
+) -> [u64; 8] {
+    let uncounted_is_hot = costs.eq1(0.0, 0.0, PAGE_SIZE) > threshold;
+    let mut hot = [0u64; 8];
+    for (word, &fast) in sv.residency.fast.iter().enumerate() {
+        let mut left = fast;
+        while left != 0 {
+            let p = word * 64 + left.trailing_zeros() as usize;
+            left &= left - 1;
+            let passes = if r[p] | w[p] == 0 {
+                uncounted_is_hot
+            } else {
+                let reads = f64::from(subpage::value(r[p])) * k2 * sv.units.read;
+                let writes = f64::from(subpage::value(w[p])) * k2 * sv.units.write;
+                costs.eq1(reads, writes, PAGE_SIZE) > threshold
+            };
+            hot[word] |= u64::from(passes) << (p % 64);
+        }
+    }
+    hot
+}
+
 pub(super) fn runs(res: &Residency, keep: impl Fn(usize) -> bool, mut f: impl FnMut(usize, usize)) {
     let mut start = None;
     for p in 0..=SUBPAGES {
