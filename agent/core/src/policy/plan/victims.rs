@@ -456,7 +456,6 @@ pub(super) fn granules(
     head.into_iter().chain(body).chain(tail)
 }
 
-/// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
 /// The fast pages of a stage-2 superpage (a bit each) whose own counts pass Eq. (1) against the
 /// per-page threshold: a page whose accesses pay for its copy is hot whatever the promotion
 /// threshold, so a threshold raised to make promotions pickier does not make warm data an
@@ -488,6 +487,7 @@ fn hot_fast_pages(
     hot
 }
 
+/// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
 pub(super) fn runs(res: &Residency, keep: impl Fn(usize) -> bool, mut f: impl FnMut(usize, usize)) {
     let mut start = None;
     for p in 0..=SUBPAGES {
