@@ -54,6 +54,7 @@ fn json_contract_for_every_policy() {
         "oracle",
         "oracle-epoch",
         "hindsight",
+        "hindsight-epoch",
         "no-migration",
         "interleave",
         "bw-aware",

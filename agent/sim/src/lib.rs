@@ -24,6 +24,9 @@ pub mod svg;
 pub mod trace;
 pub mod workload;
 
+use std::time::Duration;
+
+use memtide_core::policy::epoch::EpochConfig;
 use serde::Serialize;
 
 use self::{
@@ -50,6 +53,9 @@ pub enum PolicyName {
     #[serde(rename = "oracle-epoch")]
     OracleEpoch,
     Hindsight,
+    #[value(name = "hindsight-epoch")]
+    #[serde(rename = "hindsight-epoch")]
+    HindsightEpoch,
     NoMigration,
     Interleave,
     BwAware,
@@ -69,11 +75,12 @@ pub enum PolicyName {
 }
 
 impl PolicyName {
-    pub const ALL: [Self; 14] = [
+    pub const ALL: [Self; 15] = [
         Self::Memtide,
         Self::Oracle,
         Self::OracleEpoch,
         Self::Hindsight,
+        Self::HindsightEpoch,
         Self::NoMigration,
         Self::Interleave,
         Self::BwAware,
@@ -102,6 +109,7 @@ impl PolicyName {
             Self::Oracle => "oracle",
             Self::OracleEpoch => "oracle-epoch",
             Self::Hindsight => "hindsight",
+            Self::HindsightEpoch => "hindsight-epoch",
             Self::NoMigration => "no-migration",
             Self::Interleave => "interleave",
             Self::BwAware => "bw-aware",
@@ -164,6 +172,9 @@ pub fn make_policy(
         PolicyName::Damon => Box::new(Damon::default()),
         PolicyName::Oracle => Box::new(Bound::default()),
         PolicyName::Hindsight => Box::new(Hindsight::default()),
+        PolicyName::HindsightEpoch => Box::new(Hindsight::every(Duration::from_millis(
+            EpochConfig::default().min_ms,
+        ))),
         PolicyName::OracleEpoch => {
             let weight = spec.open()?.meta().record_weight;
             Box::new(EpochOracle::new(

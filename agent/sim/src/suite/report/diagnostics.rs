@@ -56,12 +56,20 @@ impl Report<'_> {
         let clock = range(&mut real_runs.iter().map(|r| r.simulated_clock_s));
         let plans = range(&mut self.real.iter().map(|t| info(t, "plans")));
         let real_hindsight = range(&mut self.real.iter().map(|t| hit(t, PolicyName::Hindsight)));
-        let real_share = range(
-            &mut self
-                .real
-                .iter()
-                .map(|t| 100.0 * hit(t, PolicyName::Memtide) / hit(t, PolicyName::Hindsight)),
+        let real_share = |of: PolicyName| {
+            range(
+                &mut self
+                    .real
+                    .iter()
+                    .map(|t| 100.0 * hit(t, PolicyName::Memtide) / hit(t, of)),
+            )
+        };
+        let (real_share, real_epoch_share) = (
+            real_share(PolicyName::Hindsight),
+            real_share(PolicyName::HindsightEpoch),
         );
+        let real_hindsight_epoch =
+            range(&mut self.real.iter().map(|t| hit(t, PolicyName::HindsightEpoch)));
         let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
         let epoch_defaults = memtide_core::policy::EpochConfig::default();
         let f3 = |x: f64| format!("{x:.3}");
@@ -79,6 +87,10 @@ impl Report<'_> {
                 ("real_hindsight_max", f3(real_hindsight.1)),
                 ("real_share_min", f0(real_share.0)),
                 ("real_share_max", f0(real_share.1)),
+                ("real_hindsight_epoch_min", f3(real_hindsight_epoch.0)),
+                ("real_hindsight_epoch_max", f3(real_hindsight_epoch.1)),
+                ("real_epoch_share_min", f0(real_epoch_share.0)),
+                ("real_epoch_share_max", f0(real_epoch_share.1)),
                 ("real_clock_min", format!("{:.1}", clock.0)),
                 ("real_clock_max", format!("{:.1}", clock.1)),
                 ("initial_ms", epoch_defaults.initial_ms.to_string()),
@@ -110,11 +122,12 @@ impl Report<'_> {
         o
     }
 
-    /// memtide's hit ratio against the bound, the epoch oracle and free hindsight, per trace of
+    /// memtide's hit ratio against the bound, the epoch oracle and free hindsight (every batch
+    /// and once per shortest epoch), per trace of
     /// the main matrix, lowest share of the bound first.
     fn shortfall_table(&self) -> String {
         let mut o = String::from(
-            "## Where memtide falls short, and why (computed from the runs above)\n\n| trace | memtide hit | bound (`oracle`) hit | share | `oracle-epoch` hit | `hindsight` hit | plans | mean epoch ms | final granularity | migrated MiB |\n|---|---|---|---|---|---|---|---|---|---|\n",
+            "## Where memtide falls short, and why (computed from the runs above)\n\n| trace | memtide hit | bound (`oracle`) hit | share | `oracle-epoch` hit | `hindsight` hit | `hindsight-epoch` hit | plans | mean epoch ms | final granularity | migrated MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",
         );
         let mut rows: Vec<(f64, String)> = Vec::new();
         for t in &self.traces {
@@ -125,12 +138,7 @@ impl Report<'_> {
                 continue;
             };
             let share = m.fast_hit_ratio / or.fast_hit_ratio.max(1e-9);
-            let epoch_oracle = self
-                .main(t, PolicyName::OracleEpoch)
-                .map_or(f64::NAN, |r| r.fast_hit_ratio);
-            let hindsight = self
-                .main(t, PolicyName::Hindsight)
-                .map_or(f64::NAN, |r| r.fast_hit_ratio);
+            let hit = |p: PolicyName| self.main(t, p).map_or(f64::NAN, |r| r.fast_hit_ratio);
             let info = &m.policy_info;
             let num = |k: &str| {
                 info.get(k)
@@ -140,12 +148,13 @@ impl Report<'_> {
             rows.push((
                 share,
                 format!(
-                    "| {t} | {:.3} | {:.3} | {:.0} % | {:.3} | {:.3} | {:.0} | {:.0} | {} KiB | {} |\n",
+                    "| {t} | {:.3} | {:.3} | {:.0} % | {:.3} | {:.3} | {:.3} | {:.0} | {:.0} | {} KiB | {} |\n",
                     m.fast_hit_ratio,
                     or.fast_hit_ratio,
                     share * 100.0,
-                    epoch_oracle,
-                    hindsight,
+                    hit(PolicyName::OracleEpoch),
+                    hit(PolicyName::Hindsight),
+                    hit(PolicyName::HindsightEpoch),
                     num("plans"),
                     num("mean_epoch_ms"),
                     num("final_granularity_bytes") as u64 >> 10,
