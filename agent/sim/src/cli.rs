@@ -73,8 +73,8 @@ pub struct SimArgs {
     /// configuration for the preset: every key the table sets replaces the simulator's value;
     /// the keys it leaves out keep theirs. Tier latencies and bandwidths stay the preset's, as
     /// the daemon's come from the machine where its firmware declares them. For the policies
-    /// that run memtide's engine (memtide, static-*); not with --suite, whose report documents
-    /// the defaults.
+    /// that run memtide's engine (memtide, static-*), and for hindsight-epoch, which re-places
+    /// once per its shortest epoch; not with --suite, whose report documents the defaults.
     #[arg(long, value_name = "PATH", conflicts_with = "suite")]
     pub engine_config: Option<PathBuf>,
 
@@ -258,10 +258,11 @@ fn engine_overrides(
     policy: PolicyName,
     preset: &Preset,
 ) -> anyhow::Result<toml::Table> {
-    if !policy.uses_engine() {
+    if !policy.reads_engine_config() {
         bail!(
             "--engine-config configures memtide's engine, which --policy {} does not run \
-             (it applies to memtide, static-4k, static-64k and static-2m)",
+             (it applies to memtide, static-4k, static-64k and static-2m, and its shortest \
+             epoch to hindsight-epoch)",
             policy.name()
         );
     }

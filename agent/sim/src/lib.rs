@@ -26,7 +26,6 @@ pub mod workload;
 
 use std::time::Duration;
 
-use memtide_core::policy::epoch::EpochConfig;
 use serde::Serialize;
 
 use self::{
@@ -102,6 +101,13 @@ impl PolicyName {
         )
     }
 
+    /// Whether the policy reads `--engine-config`: the engine's, and `hindsight-epoch`, whose
+    /// cadence is memtide's shortest epoch (`[engine.policy.epoch] min_ms`).
+    #[must_use]
+    pub const fn reads_engine_config(self) -> bool {
+        self.uses_engine() || matches!(self, Self::HindsightEpoch)
+    }
+
     #[must_use]
     pub fn name(self) -> &'static str {
         match self {
@@ -172,9 +178,12 @@ pub fn make_policy(
         PolicyName::Damon => Box::new(Damon::default()),
         PolicyName::Oracle => Box::new(Bound::default()),
         PolicyName::Hindsight => Box::new(Hindsight::default()),
-        PolicyName::HindsightEpoch => Box::new(Hindsight::every(Duration::from_millis(
-            EpochConfig::default().min_ms,
-        ))),
+        PolicyName::HindsightEpoch => {
+            let epoch = policy::engine_config_with(preset, cfg.engine_overrides.as_ref())?
+                .policy
+                .epoch;
+            Box::new(Hindsight::every(Duration::from_millis(epoch.min_ms)))
+        }
         PolicyName::OracleEpoch => {
             let weight = spec.open()?.meta().record_weight;
             Box::new(EpochOracle::new(
