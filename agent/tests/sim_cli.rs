@@ -246,20 +246,21 @@ fn an_engine_config_file_configures_the_simulated_engine() {
         assert_eq!(configured["policy_info"]["mean_epoch_ms"], 30.0, "{policy}");
         assert_eq!(configured["policy_info"]["final_epoch_ms"], 30, "{policy}");
     }
-    // hindsight-epoch re-places once per shortest epoch: the file's, not the default 10 ms.
-    let slow = file(
-        "slow.toml",
-        "[engine.policy.epoch]\ninitial_ms = 1000\nmin_ms = 1000\n",
+    // hindsight-epoch re-places once per shortest epoch: the file's (min_ms, not initial_ms),
+    // not the default 10 ms.
+    let fast = file(
+        "fast.toml",
+        "[engine.policy.epoch]\ninitial_ms = 1000\nmin_ms = 1\n",
     );
     let hit = |extra: &[&str]| {
         let mut args = vec!["--policy", "hindsight-epoch"];
         args.extend_from_slice(extra);
         sim_json(&trace, &args)["fast_hit_ratio"].as_f64().unwrap()
     };
-    let (every_10ms, every_second) = (hit(&[]), hit(&["--engine-config", &slow]));
+    let (every_10ms, every_1ms) = (hit(&[]), hit(&["--engine-config", &fast]));
     assert!(
-        every_second < every_10ms,
-        "re-placed every second {every_second}, every 10 ms {every_10ms}"
+        every_1ms > every_10ms,
+        "re-placed every ms {every_1ms}, every 10 ms {every_10ms}"
     );
 
     let refused = |extra: &[&str], expected: &[&str]| {

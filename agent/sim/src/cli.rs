@@ -74,7 +74,8 @@ pub struct SimArgs {
     /// the keys it leaves out keep theirs. Tier latencies and bandwidths stay the preset's, as
     /// the daemon's come from the machine where its firmware declares them. For the policies
     /// that run memtide's engine (memtide, static-*), and for hindsight-epoch, which re-places
-    /// once per its shortest epoch; not with --suite, whose report documents the defaults.
+    /// once per the engine's shortest epoch; not with --suite, whose report documents the
+    /// defaults.
     #[arg(long, value_name = "PATH", conflicts_with = "suite")]
     pub engine_config: Option<PathBuf>,
 

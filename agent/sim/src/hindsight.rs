@@ -21,10 +21,13 @@
 //! ranked afresh): a second or so per million-record trace, affordable for a yardstick.
 //!
 //! `--policy hindsight-epoch` is the same knowledge re-placed only once per memtide's shortest
-//! epoch ([`EpochConfig::min_ms`], 10 ms of the policies' clock), the cadence at which memtide
-//! can act at all: between them the fast tier stays as placed. What memtide's hit ratio lacks
-//! against it is what its sampling, its costs and its rules lose; what this one lacks against
-//! `hindsight` is what the cadence alone costs.
+//! epoch ([`EpochConfig::min_ms`]: 10 ms of the policies' clock by default, or
+//! `--engine-config`'s), the shortest time between two of memtide's plans: between
+//! re-placements the fast tier stays as placed, and the first one, at the start, knows nothing
+//! yet. What it lacks against
+//! `hindsight` is what the cadence alone costs. It is no ceiling for memtide, which ranks by
+//! cooled counts (how often as well as how recently) and places first touches in the fast tier
+//! while it has room, and beats it on some traces.
 //!
 //! [`BATCH`]: crate::run::BATCH
 //! [`EpochConfig::min_ms`]: memtide_core::policy::epoch::EpochConfig::min_ms
@@ -52,12 +55,14 @@ pub struct Hindsight {
     batch: u64,
     pages: Recency,
     superpages: Recency,
-    /// Hits each placement would have had, halved every batch: `[pages, superpages]`.
+    /// Hits each placement would have had, halved every batch: `[pages, superpages]`, as the
+    /// last re-placement ranked them (at every batch for `hindsight`).
     score: [f64; 2],
     /// Re-place at most this often (`hindsight-epoch`); every batch when `None`.
     every: Option<Duration>,
-    /// The policies' clock at the end of the last batch, and when the next re-placement is due.
+    /// The policies' clock at the end of the last batch.
     now: Duration,
+    /// When the next re-placement is due (`hindsight-epoch`).
     due: Duration,
     /// The pages and the superpages the last re-placement ranked first.
     ranked: [HashSet<u64>; 2],
@@ -228,7 +233,9 @@ mod tests {
     /// 64 hot pages, one per superpage, replaced by 64 others every 3 batches: re-placed every
     /// batch, hindsight misses the first batch of each set (2/3 hit); re-placed only every
     /// 10 ms of the clock (40 batches here), it serves the set current at a re-placement for
-    /// a batch or two and then holds one long gone. Never re-placing would hit nothing.
+    /// the 0, 1 or 2 batches left of it, about one batch in 40, and then holds one long gone.
+    /// Never re-placing would hit nothing; re-placing every 20 or 80 batches, twice or half
+    /// as much.
     #[test]
     fn a_hot_set_moving_faster_than_an_epoch_is_lost_between_re_placements() {
         let sets = 300;
@@ -248,7 +255,7 @@ mod tests {
         };
         assert!((0.66..0.67).contains(&per_batch), "hindsight {per_batch}");
         assert!(
-            (0.01..0.1).contains(&per_epoch),
+            (0.02..0.03).contains(&per_epoch),
             "hindsight-epoch {per_epoch}"
         );
     }

@@ -11,7 +11,7 @@ use std::{
         Arc, Mutex,
         atomic::{AtomicUsize, Ordering},
     },
-    time::Instant,
+    time::{Duration, Instant},
 };
 
 use anyhow::Context as _;
@@ -20,6 +20,7 @@ use self::report::Report;
 use super::{
     PolicyName,
     baselines::static_place::StaticPlacement,
+    hindsight::Hindsight,
     make_policy,
     model::PresetName,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
@@ -47,6 +48,9 @@ pub(crate) const PMU_POLICIES: [PolicyName; 3] =
     [PolicyName::Memtide, PolicyName::Hemem, PolicyName::Static2m];
 /// Fixed epochs of the epoch sweep, ms.
 pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
+/// Re-placement intervals of free hindsight in the cadence section, ms: around memtide's
+/// shortest epoch (10 ms), down to what a user-space agent could hardly plan at.
+pub const CADENCES_MS: [u64; 4] = [20, 10, 5, 2];
 /// Fast shares of the BW-AWARE sweep.
 pub const BW_SHARES: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 /// The single-pattern traces (and their mix) of the granularity section, under Ryoo's preset.
@@ -69,6 +73,8 @@ enum Choice {
     Sampled(SamplerName, u64),
     /// A policy with its samples from this source at [`PMU_SAMPLE_RATE`].
     Period(PolicyName, SamplerName),
+    /// Free hindsight re-placed once per this many ms.
+    Cadence(u64),
 }
 
 /// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
@@ -84,6 +90,7 @@ impl Choice {
             Self::Share(f) => format!("f={f:.1}"),
             Self::Sampled(s, draw) => format!("memtide/{}/{draw}", s.name()),
             Self::Period(p, s) => format!("{}/{}", p.name(), s.name()),
+            Self::Cadence(ms) => format!("hindsight-every-{ms}ms"),
         }
     }
 }
@@ -116,6 +123,7 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
         }
         Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
         Choice::Sampled(..) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
+        Choice::Cadence(ms) => Box::new(Hindsight::every(Duration::from_millis(ms))),
     })
 }
 
@@ -266,6 +274,26 @@ impl Matrix<'_> {
         jobs.extend(self.sampler_jobs(traces));
         jobs.extend(self.real_jobs(real));
         jobs.extend(self.period_jobs(real));
+        jobs.extend(self.cadence_jobs(real));
+        jobs
+    }
+
+    /// I: the real programs under free hindsight at each of [`CADENCES_MS`], at both fast-tier
+    /// sizes (the real-program sections hold it every batch and at memtide's shortest epoch).
+    fn cadence_jobs(&self, real: &[String]) -> Vec<Job> {
+        let sizes = [
+            ("cadence-small", FastSize::Ratio(REAL_SMALL_FAST)),
+            ("cadence", self.base.fast),
+        ];
+        let mut jobs = Vec::new();
+        for t in real {
+            for (section, fast) in sizes {
+                for ms in CADENCES_MS {
+                    let choice = Choice::Cadence(ms);
+                    jobs.push(self.job(section, t, choice, (PresetName::Pmem, fast)));
+                }
+            }
+        }
         jobs
     }
 

@@ -55,21 +55,24 @@ impl Report<'_> {
         };
         let clock = range(&mut real_runs.iter().map(|r| r.simulated_clock_s));
         let plans = range(&mut self.real.iter().map(|t| info(t, "plans")));
-        let real_hindsight = range(&mut self.real.iter().map(|t| hit(t, PolicyName::Hindsight)));
-        let real_share = |of: PolicyName| {
+        // The real traces' range of `p`'s hit ratio, and of memtide's as a share of it.
+        let real_hit = |p: PolicyName| range(&mut self.real.iter().map(|t| hit(t, p)));
+        let memtide_share_of = |p: PolicyName| {
             range(
                 &mut self
                     .real
                     .iter()
-                    .map(|t| 100.0 * hit(t, PolicyName::Memtide) / hit(t, of)),
+                    .map(|t| 100.0 * hit(t, PolicyName::Memtide) / hit(t, p)),
             )
         };
-        let (real_share, real_epoch_share) = (
-            real_share(PolicyName::Hindsight),
-            real_share(PolicyName::HindsightEpoch),
+        let (real_hindsight, real_hindsight_epoch) = (
+            real_hit(PolicyName::Hindsight),
+            real_hit(PolicyName::HindsightEpoch),
         );
-        let real_hindsight_epoch =
-            range(&mut self.real.iter().map(|t| hit(t, PolicyName::HindsightEpoch)));
+        let (real_share, real_epoch_share) = (
+            memtide_share_of(PolicyName::Hindsight),
+            memtide_share_of(PolicyName::HindsightEpoch),
+        );
         let gm_time = |p: PolicyName| self.main_geomean(p, |r| r.relative_time);
         let epoch_defaults = memtide_core::policy::EpochConfig::default();
         let f3 = |x: f64| format!("{x:.3}");
@@ -123,8 +126,8 @@ impl Report<'_> {
     }
 
     /// memtide's hit ratio against the bound, the epoch oracle and free hindsight (every batch
-    /// and once per shortest epoch), per trace of
-    /// the main matrix, lowest share of the bound first.
+    /// and once per shortest epoch), per trace of the main matrix, lowest share of the bound
+    /// first.
     fn shortfall_table(&self) -> String {
         let mut o = String::from(
             "## Where memtide falls short, and why (computed from the runs above)\n\n| trace | memtide hit | bound (`oracle`) hit | share | `oracle-epoch` hit | `hindsight` hit | `hindsight-epoch` hit | plans | mean epoch ms | final granularity | migrated MiB |\n|---|---|---|---|---|---|---|---|---|---|---|\n",

@@ -2,10 +2,12 @@
 //!
 //! The prose that does not depend on the runs lives beside this file (`intro.md`, `notes.md`);
 //! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
-//! tables and plots ([`tables`]), the real programs ([`real`]) and the same at PMU-scale
-//! sampling periods ([`periods`]), and the diagnosis of where memtide falls short
+//! tables and plots ([`tables`]), the real programs ([`real`]), what re-placing them more
+//! often could give ([`cadence`]) and the same at PMU-scale sampling periods ([`periods`]),
+//! and the diagnosis of where memtide falls short
 //! ([`diagnostics`]).
 
+mod cadence;
 mod calibration;
 mod checks;
 mod diagnostics;
@@ -83,6 +85,7 @@ impl Report<'_> {
         self.sampler_check(&mut o);
         self.main_matrix(&mut o);
         self.real_programs(&mut o);
+        self.cadence(&mut o);
         self.granularity_tables(&mut o);
         self.epoch_sweep(&mut o, dir)?;
         self.bandwidth(&mut o, dir)?;

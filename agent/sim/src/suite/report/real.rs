@@ -37,7 +37,6 @@ impl Report<'_> {
     }
 
     fn real_table(&self, o: &mut String, section: &str, fast: &str) {
-        let run = |t: &str, p: PolicyName| self.get(section, t, p.name());
         let _ = writeln!(o, "### Fast tier {fast} of each footprint\n");
         let leading = [
             "trace",
@@ -62,66 +61,15 @@ impl Report<'_> {
         let mut hindsight_epoch_shares = Vec::new();
         for t in &self.real {
             // A trace without its runs cannot be judged: the verdict does not hold.
-            let (Some(m), Some(bound)) = (run(t, PolicyName::Memtide), run(t, PolicyName::Oracle))
-            else {
+            let Some(row) = self.trace_verdict(section, t) else {
                 every_trace = false;
                 continue;
             };
-            let Some((best, best_time)) =
-                best_of(BASELINES.iter().filter_map(|&p| run(t, p).map(|r| (p, r))))
-            else {
-                every_trace = false;
-                continue;
-            };
-            let ahead = m.relative_time <= best_time;
-            every_trace &= ahead;
-            // `geomean` skips zeros: a memtide that hits nothing must pull the mean down, not
-            // drop out of it; a bound of zero leaves nothing to reach.
-            let share = if bound.fast_hit_ratio > 0.0 {
-                (m.fast_hit_ratio / bound.fast_hit_ratio).max(1e-6)
-            } else {
-                1.0
-            };
-            hit_shares.push(share);
-            // Free hindsight is a yardstick, not a goal: memtide may pass it. As above, a
-            // memtide hitting nothing stays in the mean; a hindsight hitting nothing leaves
-            // nothing to compare.
-            let share_of = |p: PolicyName| {
-                run(t, p)
-                    .filter(|h| h.fast_hit_ratio > 0.0)
-                    .map(|h| (m.fast_hit_ratio / h.fast_hit_ratio).max(1e-6))
-            };
-            let hindsight = share_of(PolicyName::Hindsight);
-            let hindsight_epoch = share_of(PolicyName::HindsightEpoch);
-            hindsight_shares.extend(hindsight);
-            hindsight_epoch_shares.extend(hindsight_epoch);
-            let fp = self.footprints.get(t);
-            let _ = write!(
-                o,
-                "| {t} | {} | {} | {} | {:.3} |",
-                fp.map_or(0, |f| f.bytes >> 20),
-                fp.map_or(0, |f| f.records),
-                m.record_weight,
-                m.relative_time
-            );
-            for p in BASELINES.iter().chain(&STATICS) {
-                let _ = write!(
-                    o,
-                    " {} |",
-                    run(t, *p).map_or("-".into(), |r| format!("{:.3}", r.relative_time))
-                );
-            }
-            let yardstick = |s: Option<f64>| s.map_or("-".into(), |h| format!("{h:.2}"));
-            let _ = writeln!(
-                o,
-                " {} | {:+.1} % | {:.2} | {} | {} | {} |",
-                best.name(),
-                (m.relative_time / best_time - 1.0) * 100.0,
-                share,
-                yardstick(hindsight),
-                yardstick(hindsight_epoch),
-                if ahead { "ahead or even" } else { "behind" }
-            );
+            every_trace &= row.ahead;
+            hit_shares.push(row.share);
+            hindsight_shares.extend(row.hindsight);
+            hindsight_epoch_shares.extend(row.hindsight_epoch);
+            self.write_row(o, section, t, &row);
         }
         let shares = HitShares {
             bound: geomean(hit_shares.iter().copied()),
@@ -170,6 +118,85 @@ impl Report<'_> {
             verdict(shares.bound >= 0.9),
             shares.hindsight,
             shares.hindsight_epoch
+        );
+    }
+}
+
+/// One real trace at one fast-tier size: memtide against the baselines and the yardsticks.
+struct TraceVerdict {
+    record_weight: u32,
+    relative_time: f64,
+    best: PolicyName,
+    best_time: f64,
+    ahead: bool,
+    /// memtide's hit ratio over the bound's, over free hindsight's, and over free hindsight's
+    /// once per shortest epoch.
+    share: f64,
+    hindsight: Option<f64>,
+    hindsight_epoch: Option<f64>,
+}
+
+impl Report<'_> {
+    fn trace_verdict(&self, section: &str, t: &str) -> Option<TraceVerdict> {
+        let run = |p: PolicyName| self.get(section, t, p.name());
+        let (m, bound) = (run(PolicyName::Memtide)?, run(PolicyName::Oracle)?);
+        let (best, best_time) = best_of(BASELINES.iter().filter_map(|&p| run(p).map(|r| (p, r))))?;
+        // `geomean` skips zeros: a memtide that hits nothing must pull the mean down, not
+        // drop out of it; a bound of zero leaves nothing to reach.
+        let share = if bound.fast_hit_ratio > 0.0 {
+            (m.fast_hit_ratio / bound.fast_hit_ratio).max(1e-6)
+        } else {
+            1.0
+        };
+        // Free hindsight is a yardstick, not a goal: memtide may pass it. As above, a memtide
+        // hitting nothing stays in the mean; a hindsight hitting nothing leaves nothing to
+        // compare.
+        let share_of = |p: PolicyName| {
+            run(p)
+                .filter(|h| h.fast_hit_ratio > 0.0)
+                .map(|h| (m.fast_hit_ratio / h.fast_hit_ratio).max(1e-6))
+        };
+        Some(TraceVerdict {
+            record_weight: m.record_weight,
+            relative_time: m.relative_time,
+            best,
+            best_time,
+            ahead: m.relative_time <= best_time,
+            share,
+            hindsight: share_of(PolicyName::Hindsight),
+            hindsight_epoch: share_of(PolicyName::HindsightEpoch),
+        })
+    }
+
+    /// One row of a real-program table.
+    fn write_row(&self, o: &mut String, section: &str, t: &str, row: &TraceVerdict) {
+        let fp = self.footprints.get(t);
+        let _ = write!(
+            o,
+            "| {t} | {} | {} | {} | {:.3} |",
+            fp.map_or(0, |f| f.bytes >> 20),
+            fp.map_or(0, |f| f.records),
+            row.record_weight,
+            row.relative_time
+        );
+        for p in BASELINES.iter().chain(&STATICS) {
+            let run = self.get(section, t, p.name());
+            let _ = write!(
+                o,
+                " {} |",
+                run.map_or("-".into(), |r| format!("{:.3}", r.relative_time))
+            );
+        }
+        let yardstick = |s: Option<f64>| s.map_or("-".into(), |h| format!("{h:.2}"));
+        let _ = writeln!(
+            o,
+            " {} | {:+.1} % | {:.2} | {} | {} | {} |",
+            row.best.name(),
+            (row.relative_time / row.best_time - 1.0) * 100.0,
+            row.share,
+            yardstick(row.hindsight),
+            yardstick(row.hindsight_epoch),
+            if row.ahead { "ahead or even" } else { "behind" }
         );
     }
 }
