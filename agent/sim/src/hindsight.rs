@@ -24,10 +24,9 @@
 //! epoch ([`EpochConfig::min_ms`]: 10 ms of the policies' clock by default, or
 //! `--engine-config`'s), the shortest time between two of memtide's plans: between
 //! re-placements the fast tier stays as placed, and the first one, at the start, knows nothing
-//! yet. What it lacks against
-//! `hindsight` is what the cadence alone costs. It is no ceiling for memtide, which ranks by
-//! cooled counts (how often as well as how recently) and places first touches in the fast tier
-//! while it has room, and beats it on some traces.
+//! yet. What it lacks against `hindsight` is what the cadence alone costs. It is no ceiling
+//! for memtide, which ranks by cooled counts (how often as well as how recently) and places
+//! first touches in the fast tier while it has room, and beats it on some traces.
 //!
 //! [`BATCH`]: crate::run::BATCH
 //! [`EpochConfig::min_ms`]: memtide_core::policy::epoch::EpochConfig::min_ms

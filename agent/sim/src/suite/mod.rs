@@ -36,6 +36,41 @@ use super::{
 pub const LACKEY_RECORD_WEIGHT: u32 = 64;
 /// The fast-tier size of the real-program section besides the main matrix's.
 pub const REAL_SMALL_FAST: f64 = 0.1;
+
+/// The names of a section the real programs run in at both fast-tier sizes: `small` at
+/// [`REAL_SMALL_FAST`], `main` at the suite's size.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct TwoSizes {
+    pub(crate) small: &'static str,
+    pub(crate) main: &'static str,
+}
+
+impl TwoSizes {
+    /// Each section with its fast-tier size, the small one first.
+    pub(crate) fn with_sizes(self, base: FastSize) -> [(&'static str, FastSize); 2] {
+        [
+            (self.small, FastSize::Ratio(REAL_SMALL_FAST)),
+            (self.main, base),
+        ]
+    }
+}
+
+/// Every policy on the real programs (the small size its own section, the suite's size the
+/// main matrix).
+pub(crate) const REAL_SECTIONS: TwoSizes = TwoSizes {
+    small: "real-small",
+    main: "main",
+};
+/// memtide, HeMem and `static-2m` at [`PMU_SAMPLE_RATE`].
+pub(crate) const PERIOD_SECTIONS: TwoSizes = TwoSizes {
+    small: "periods-small",
+    main: "periods",
+};
+/// Free hindsight at each of [`CADENCES_MS`].
+pub(crate) const CADENCE_SECTIONS: TwoSizes = TwoSizes {
+    small: "cadence-small",
+    main: "cadence",
+};
 /// One sample per this many records in the PMU-period section: on the corpus's weight of 16 or
 /// 32 accesses per record, a sample stands for 16 Ki to 32 Ki accesses, inside the 10^4 to
 /// 10^6 of PEBS and IBS periods in production (the rest of the suite samples 1 in 4).
@@ -49,8 +84,9 @@ pub(crate) const PMU_POLICIES: [PolicyName; 3] =
 /// Fixed epochs of the epoch sweep, ms.
 pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
 /// Re-placement intervals of free hindsight in the cadence section, ms: around memtide's
-/// shortest epoch (10 ms), down to what a user-space agent could hardly plan at.
-pub const CADENCES_MS: [u64; 4] = [20, 10, 5, 2];
+/// shortest epoch, down to what a user-space agent could hardly plan at. The shortest epoch
+/// itself is `hindsight-epoch`'s, run in the real-program sections.
+pub const CADENCES_MS: [u64; 3] = [20, 5, 2];
 /// Fast shares of the BW-AWARE sweep.
 pub const BW_SHARES: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 /// The single-pattern traces (and their mix) of the granularity section, under Ryoo's preset.
@@ -281,13 +317,9 @@ impl Matrix<'_> {
     /// I: the real programs under free hindsight at each of [`CADENCES_MS`], at both fast-tier
     /// sizes (the real-program sections hold it every batch and at memtide's shortest epoch).
     fn cadence_jobs(&self, real: &[String]) -> Vec<Job> {
-        let sizes = [
-            ("cadence-small", FastSize::Ratio(REAL_SMALL_FAST)),
-            ("cadence", self.base.fast),
-        ];
         let mut jobs = Vec::new();
         for t in real {
-            for (section, fast) in sizes {
+            for (section, fast) in CADENCE_SECTIONS.with_sizes(self.base.fast) {
                 for ms in CADENCES_MS {
                     let choice = Choice::Cadence(ms);
                     jobs.push(self.job(section, t, choice, (PresetName::Pmem, fast)));
@@ -299,13 +331,9 @@ impl Matrix<'_> {
 
     /// H: the real programs at PMU-scale sampling periods, at both fast-tier sizes.
     fn period_jobs(&self, real: &[String]) -> Vec<Job> {
-        let sizes = [
-            ("periods-small", FastSize::Ratio(REAL_SMALL_FAST)),
-            ("periods", self.base.fast),
-        ];
         let mut jobs = Vec::new();
         for t in real {
-            for (section, fast) in sizes {
+            for (section, fast) in PERIOD_SECTIONS.with_sizes(self.base.fast) {
                 for sampler in PMU_SAMPLERS {
                     for p in PMU_POLICIES {
                         let choice = Choice::Period(p, sampler);
@@ -324,11 +352,12 @@ impl Matrix<'_> {
     /// has them at the suite's fast size).
     fn real_jobs(&self, real: &[String]) -> Vec<Job> {
         let small = (PresetName::Pmem, FastSize::Ratio(REAL_SMALL_FAST));
+        let section = REAL_SECTIONS.small;
         real.iter()
             .flat_map(|t| {
                 PolicyName::ALL
                     .iter()
-                    .map(move |&p| self.job("real-small", t, Choice::Named(p), small))
+                    .map(move |&p| self.job(section, t, Choice::Named(p), small))
             })
             .collect()
     }

@@ -6,30 +6,35 @@ use std::fmt::Write as _;
 use super::{Report, fill, geomean, table_header};
 use crate::{
     PolicyName,
-    run::FastSize,
-    suite::{CADENCES_MS, Choice, REAL_SMALL_FAST},
+    suite::{CADENCE_SECTIONS, CADENCES_MS, Choice, REAL_SECTIONS},
 };
 
 /// The section's prose, with the table filled in.
 const CADENCE: &str = include_str!("cadence.md");
+
+/// Where one column's runs are: free hindsight in the cadence sections, or, at memtide's
+/// shortest epoch, `hindsight-epoch` in the real-program sections (the same policy, run once).
+enum Column {
+    Cadence(u64),
+    ShortestEpoch,
+}
 
 impl Report<'_> {
     pub(super) fn cadence(&self, o: &mut String) {
         if self.real.is_empty() {
             return;
         }
-        let sizes = [
-            (
-                "real-small",
-                "cadence-small",
-                FastSize::Ratio(REAL_SMALL_FAST).to_string(),
-            ),
-            ("main", "cadence", self.base.fast.to_string()),
-        ];
-        let mut table = String::new();
-        let every = CADENCES_MS
+        let min_ms = memtide_core::policy::EpochConfig::default().min_ms;
+        let mut columns: Vec<(u64, Column)> = CADENCES_MS
             .iter()
-            .map(|ms| format!("hindsight every {ms} ms"));
+            .map(|&ms| (ms, Column::Cadence(ms)))
+            .chain([(min_ms, Column::ShortestEpoch)])
+            .collect();
+        columns.sort_by_key(|&(ms, _)| std::cmp::Reverse(ms));
+        let mut table = String::new();
+        let every = columns
+            .iter()
+            .map(|(ms, _)| format!("hindsight every {ms} ms"));
         table_header(
             &mut table,
             ["fast tier".to_owned(), "memtide".to_owned()]
@@ -37,7 +42,11 @@ impl Report<'_> {
                 .chain(every)
                 .chain(["hindsight every batch".to_owned(), "bound".to_owned()]),
         );
-        for (real_section, cadence_section, fast) in &sizes {
+        let sizes = REAL_SECTIONS
+            .with_sizes(self.base.fast)
+            .into_iter()
+            .zip(CADENCE_SECTIONS.with_sizes(self.base.fast));
+        for ((real_section, fast), (cadence_section, _)) in sizes {
             let hit = |section: &str, choice: &str| {
                 geomean(
                     self.real
@@ -51,12 +60,12 @@ impl Report<'_> {
                 "| {fast} | {:.3} |",
                 hit(real_section, PolicyName::Memtide.name())
             );
-            for ms in CADENCES_MS {
-                let _ = write!(
-                    table,
-                    " {:.3} |",
-                    hit(cadence_section, &Choice::Cadence(ms).label())
-                );
+            for (_, column) in &columns {
+                let ratio = match column {
+                    Column::Cadence(ms) => hit(cadence_section, &Choice::Cadence(*ms).label()),
+                    Column::ShortestEpoch => hit(real_section, PolicyName::HindsightEpoch.name()),
+                };
+                let _ = write!(table, " {ratio:.3} |");
             }
             let _ = writeln!(
                 table,
@@ -65,7 +74,6 @@ impl Report<'_> {
                 hit(real_section, PolicyName::Oracle.name())
             );
         }
-        let min_ms = memtide_core::policy::EpochConfig::default().min_ms;
         o.push_str(&fill(
             CADENCE,
             &[("min_ms", min_ms.to_string()), ("table", table)],

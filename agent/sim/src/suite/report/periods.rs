@@ -6,9 +6,8 @@ use std::fmt::Write as _;
 use super::{Report, fill, geomean, verdict};
 use crate::{
     PolicyName,
-    run::FastSize,
     sampler::SamplerName,
-    suite::{Choice, PMU_POLICIES, PMU_SAMPLE_RATE, PMU_SAMPLERS, REAL_SMALL_FAST},
+    suite::{Choice, PERIOD_SECTIONS, PMU_POLICIES, PMU_SAMPLE_RATE, PMU_SAMPLERS},
 };
 
 /// The section's prose, with the tables and the check filled in.
@@ -19,16 +18,10 @@ impl Report<'_> {
         if self.real.is_empty() {
             return;
         }
-        let sizes = [
-            (
-                "periods-small",
-                FastSize::Ratio(REAL_SMALL_FAST).to_string(),
-            ),
-            ("periods", self.base.fast.to_string()),
-        ];
+        let sizes = PERIOD_SECTIONS.with_sizes(self.base.fast);
         let mut tables = String::new();
         for (section, fast) in &sizes {
-            self.period_table(&mut tables, section, fast);
+            self.period_table(&mut tables, section, &fast.to_string());
         }
         let all = |p: PolicyName| {
             let times: Vec<f64> = sizes

@@ -4,7 +4,7 @@
 use std::fmt::Write as _;
 
 use super::{Report, geomean, verdict};
-use crate::{PolicyName, run::FastSize, run::SimResult, suite::REAL_SMALL_FAST};
+use crate::{PolicyName, run::SimResult, suite::REAL_SECTIONS};
 
 /// The prose before the tables.
 const REAL: &str = include_str!("real.md");
@@ -30,9 +30,8 @@ impl Report<'_> {
             return;
         }
         o.push_str(REAL);
-        let small = FastSize::Ratio(REAL_SMALL_FAST).to_string();
-        for (section, fast) in [("real-small", small), ("main", self.base.fast.to_string())] {
-            self.real_table(o, section, &fast);
+        for (section, fast) in REAL_SECTIONS.with_sizes(self.base.fast) {
+            self.real_table(o, section, &fast.to_string());
         }
     }
 
