@@ -54,10 +54,11 @@ impl Engine {
         self.intervals += u64::from(steps);
         self.update_units();
         // Cooling forgets evidence, so it waits until the hottest superpage holds enough of it
-        // to act on: at a PMU's sparse sampling (a sample per superpage every few seconds)
-        // halving every interval would forget each sample before the next arrived, and no
-        // superpage would ever look hot. With dense samples it cools at every close.
-        let cooling = if self.cover_hist.max() >= self.cfg.cool_after_samples {
+        // to act on after cooling: at a PMU's sparse sampling (a sample per superpage every few
+        // seconds) halving every interval would forget each sample before the next arrived,
+        // and no superpage would ever look hot. With dense samples it cools at every close.
+        let gate = self.cfg.cooling_gate(self.cfg.cooling_shift);
+        let cooling = if self.cover_hist.max() >= gate {
             self.cfg.cooling_shift
         } else {
             0

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
+use super::superpage::RESET_SHIFT;
 use crate::validate::{ConfigError, check};
 
 /// Engine tunables. Defaults are Rainbow's where it has one.
@@ -23,11 +24,14 @@ pub struct EngineConfig {
     /// Stage-2 cooling, applied after a plan has read the epoch's counts, at most once per
     /// counting interval (plans closer together than the interval share one). Default 1.
     pub stage2_cooling_shift: u32,
-    /// Cooling waits until the hottest superpage (stage 1) or page (stage 2) holds this many
-    /// samples, the evidence a promotion needs (`[engine.policy.benefit] min_samples`): at a
-    /// PMU's sparse sampling, cooling on time alone forgets every sample before the next one
-    /// lands and nothing ever looks hot (HeMem cools by count for the same reason); with dense
-    /// samples it changes nothing. 0 cools on time alone. Default 3.
+    /// Cooling leaves the hottest superpage (stage 1) or page (stage 2) at least this many
+    /// samples, the evidence a promotion needs (`[engine.policy.benefit] min_samples`): it
+    /// waits until the hottest holds this many times 2^shift (6 for a halving). At a PMU's
+    /// sparse sampling, cooling on time alone forgets every sample before the next one lands
+    /// and nothing ever looks hot; cooling as soon as the hottest reached the floor took it
+    /// back below and halved every other count with it, so data sampled at half the hottest's
+    /// rate never reached the floor (HeMem cools at 10 samples for a hot threshold of 4).
+    /// 0 cools on time alone. Default 3.
     pub cool_after_samples: u32,
     /// Superpages given stage-2 counters each interval (Rainbow's N). Default 100.
     pub top_n: usize,
@@ -117,6 +121,18 @@ impl EngineConfig {
             self.rate_smoothing,
             "must be within (0, 1]",
         )
+    }
+
+    /// The count the hottest must hold before cooling by `shift` bits: enough that cooling
+    /// leaves it `cool_after_samples`. A reset (16 bits or more) keeps nothing whatever the
+    /// count, so it waits for `cool_after_samples` alone.
+    #[must_use]
+    pub fn cooling_gate(&self, shift: u32) -> u32 {
+        if shift >= RESET_SHIFT {
+            self.cool_after_samples
+        } else {
+            self.cool_after_samples.saturating_mul(1 << shift)
+        }
     }
 
     pub fn interval(&self) -> Duration {

@@ -408,7 +408,9 @@ impl Engine {
         // its pages) read half as hot as the victims it would displace (valued by their
         // superpage) and a 2 MiB swap never passed Eq. (2).
         if self.stage2_cooled_through != Some(self.intervals)
-            && self.stage2.any_count_reaches(self.cfg.cool_after_samples)
+            && self
+                .stage2
+                .any_count_reaches(self.cfg.cooling_gate(self.cfg.stage2_cooling_shift))
         {
             self.stage2.cool_all(self.cfg.stage2_cooling_shift);
             self.stage2_cooled_through = Some(self.intervals);

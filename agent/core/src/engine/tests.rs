@@ -69,18 +69,18 @@ fn ingest_keeps_reads_and_writes_apart() {
 #[test]
 fn intervals_close_on_time_and_cool() {
     let mut e = new_engine(cfg());
-    e.observe_samples(&[Sample::load(0); 8], Duration::ZERO);
+    e.observe_samples(&[Sample::load(0); 16], Duration::ZERO);
     e.tick(49 * MS);
     assert_eq!(e.stats().intervals, 0);
     e.tick(50 * MS);
     assert_eq!(e.stats().intervals, 1);
-    assert_eq!(record(&e, 0).heat_r, 8);
+    assert_eq!(record(&e, 0).heat_r, 16);
     e.tick(100 * MS);
-    assert_eq!(record(&e, 0).heat_r, 4);
-    // A long gap closes the missed intervals at once: 4 >> 3 = 0.
+    assert_eq!(record(&e, 0).heat_r, 8);
+    // A long gap closes the missed intervals at once: 8 >> 3 = 1.
     e.tick(260 * MS);
     assert_eq!(e.stats().intervals, 5);
-    assert_eq!(record(&e, 0).heat_r, 0);
+    assert_eq!(record(&e, 0).heat_r, 1);
 }
 
 #[test]
@@ -93,7 +93,7 @@ fn sparse_samples_are_kept_until_one_superpage_holds_enough_to_act_on() {
             ..cfg()
         });
         let mut heats = Vec::new();
-        for k in 0..4u64 {
+        for k in 0..8u64 {
             e.observe_samples(&[Sample::load(0)], ms(200 * k + 1));
             e.tick(ms(200 * k + 50));
             heats.push(record(&e, 0).heat_r);
@@ -104,14 +104,22 @@ fn sparse_samples_are_kept_until_one_superpage_holds_enough_to_act_on() {
         heats
     };
     // Cooling on time alone forgets each sample before the next arrives.
-    assert_eq!(sparse(0), [1, 1, 1, 1]);
-    // Waiting for evidence: the samples add up to the 3 a promotion needs, then cooling runs.
-    assert_eq!(sparse(3), [1, 2, 3, 2]);
+    assert_eq!(sparse(0), [1; 8]);
+    // Waiting for evidence: the samples add up to twice the 3 a promotion needs, then a
+    // halving leaves the 3 (and the next sample makes 4), never fewer.
+    assert_eq!(sparse(3), [1, 2, 3, 4, 5, 6, 4, 5]);
+    // A reset keeps nothing whatever it waits for: it waits for the 3 alone.
+    let reset = EngineConfig {
+        cool_after_samples: 3,
+        cooling_shift: 16,
+        ..cfg()
+    };
+    assert_eq!(reset.cooling_gate(reset.cooling_shift), 3);
 }
 
 #[test]
 fn stage2_keeps_sparse_page_counts_across_epochs_until_a_page_holds_enough() {
-    let counts_after_epoch_end = |cool_after_samples| {
+    let counts_after_epoch_end = |cool_after_samples, samples| {
         let mut e = new_engine(EngineConfig {
             cool_after_samples,
             top_n: 1,
@@ -120,13 +128,17 @@ fn stage2_keeps_sparse_page_counts_across_epochs_until_a_page_holds_enough() {
         e.observe_samples(&[Sample::load(0)], MS);
         e.tick(50 * MS);
         let slot = record(&e, 0).slot;
-        // Two samples on page 5 in stage 2, then the plan's epoch end.
-        e.observe_samples(&[Sample::load(5 * PAGE_SIZE); 2], 60 * MS);
+        // `samples` on page 5 in stage 2, then the plan's epoch end.
+        let on_page_5 = vec![Sample::load(5 * PAGE_SIZE); samples];
+        e.observe_samples(&on_page_5, 60 * MS);
         e.end_epoch(0);
         e.stage2.counters(slot).0[5]
     };
-    assert_eq!(counts_after_epoch_end(0), 1);
-    assert_eq!(counts_after_epoch_end(3), 2);
+    assert_eq!(counts_after_epoch_end(0, 2), 1);
+    assert_eq!(counts_after_epoch_end(3, 2), 2);
+    // Cooling waits until a halving leaves the hottest page the 3 a promotion needs.
+    assert_eq!(counts_after_epoch_end(3, 5), 5);
+    assert_eq!(counts_after_epoch_end(3, 6), 3);
 }
 
 #[test]
@@ -200,14 +212,10 @@ fn cold_superpages_are_forgotten() {
         ..cfg()
     };
     let mut e = new_engine(c);
-    e.observe_samples(
-        &[
-            Sample::load(0),
-            Sample::load(SUPERPAGE_SIZE),
-            Sample::load(SUPERPAGE_SIZE),
-        ],
-        MS,
-    );
+    // Superpage 1 holds enough samples for cooling to run (see `cool_after_samples`).
+    let mut samples = vec![Sample::load(SUPERPAGE_SIZE); 6];
+    samples.push(Sample::load(0));
+    e.observe_samples(&samples, MS);
     for i in 1..=3u64 {
         e.observe_samples(&[Sample::load(SUPERPAGE_SIZE)], ms(i * 50 + 1));
     }

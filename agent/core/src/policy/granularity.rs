@@ -157,6 +157,9 @@ pub struct ScanRegion {
     pub coverage: Option<f64>,
     /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses).
     pub hot: bool,
+    /// One of its pages holds the samples a promotion needs (`benefit.min_samples`): its pages
+    /// can move one by one.
+    pub page_at_floor: bool,
     /// Samples reached it (a PMU or page-fault source). DAMON's credits are not samples: its
     /// regions' accessed bits are complete at its resolution, and Ryoo's thresholds read them
     /// as they are.
@@ -168,14 +171,22 @@ pub struct ScanRegion {
 pub const SPARSE_COVERAGE: f64 = 0.5;
 
 impl ScanRegion {
-    /// Whether the region shows heat rather than stray accesses: stage 1 ranks it hot, or its
-    /// samples keep returning to the pages they found (a full window's coverage at least
-    /// [`SPARSE_COVERAGE`]). A superpage outside the hot set whose every sample found a new
-    /// page is as likely touched in passing as warm: only the pages its samples resolve move,
-    /// one by one, by the evidence floor (`benefit.min_samples`).
+    /// Whether the region shows heat rather than stray accesses, so that it may move whole.
+    /// Once a full window of samples has been seen: stage 1 ranks it hot, or the samples keep
+    /// returning to the pages they found (coverage at least [`SPARSE_COVERAGE`]); a superpage
+    /// outside the hot set whose every sample found a new page is as likely touched in passing
+    /// as warm, and only the pages its samples resolve move, one by one, by the evidence floor
+    /// (`benefit.min_samples`). Before a window fills the samples cannot tell heat on a few
+    /// pages from heat on all 512, and moving 2 MiB for a few hot pages costs 512 times the
+    /// move of one: a hot superpage moves whole only while none of its pages holds the floor
+    /// (nothing finer could move: a PMU's period, or data spread too thin for a page to stand
+    /// out); once one does, its pages move one by one until a window tells.
     #[must_use]
     pub fn shows_heat(&self) -> bool {
-        self.hot || self.resolves_pages()
+        match self.coverage {
+            Some(_) => self.hot || self.resolves_pages(),
+            None => self.hot && !self.page_at_floor,
+        }
     }
 
     /// Whether the samples rank the region's pages: a full window's coverage at least
@@ -379,6 +390,7 @@ mod tests {
             density_scale: 1.0,
             coverage: None,
             hot: true,
+            page_at_floor: false,
             sampled: true,
         }
     }
@@ -426,6 +438,7 @@ mod tests {
             density_scale: 1.0,
             coverage: None,
             hot: true,
+            page_at_floor: false,
             sampled: true,
         };
         // Dense streaming data in fast memory keeps 2 MiB.
@@ -563,12 +576,28 @@ mod tests {
         };
         assert!(!thin.samples_show_sparse());
         assert!(cfg.moves_whole(Granularity::KIB_4, &thin));
-        // No full window of samples yet: not resolved either.
+        // No full window of samples yet: they cannot tell a few hot pages from all 512. While
+        // none of its pages holds the floor nothing finer could move: whole...
         let young = ScanRegion {
             coverage: None,
             ..sparse
         };
         assert!(cfg.moves_whole(Granularity::KIB_4, &young));
+        // ...and once one does, the pages move one by one until a window tells.
+        let young_resolving = ScanRegion {
+            page_at_floor: true,
+            ..young
+        };
+        assert!(!young_resolving.shows_heat());
+        assert!(!cfg.moves_whole(Granularity::KIB_4, &young_resolving));
+        // A full window decides, whatever a page holds.
+        assert!(cfg.moves_whole(
+            Granularity::KIB_4,
+            &ScanRegion {
+                page_at_floor: true,
+                ..thin
+            }
+        ));
         // A sweep part-way through: its samples run along neighbouring pages, and the rest of
         // the superpage comes next.
         let sweep = resolved(0..40);
@@ -632,6 +661,7 @@ mod tests {
                 density_scale: 1.0,
                 coverage: Some(1.0),
                 hot: true,
+                page_at_floor: false,
                 sampled: true,
             })
             .collect();

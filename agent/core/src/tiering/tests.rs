@@ -856,6 +856,43 @@ fn a_lone_sample_is_not_heat_but_repeated_samples_are() {
     );
 }
 
+#[test]
+fn a_hot_superpage_moves_whole_until_one_of_its_pages_holds_the_floor() {
+    // A slow superpage, the only one sampled (so in stage 1's hot set), with four samples
+    // and no full window: at a PMU's period (each sample 10^5 accesses) that is all a
+    // placement ever gets to see of it.
+    let promoted = |pages: [u64; 4]| {
+        let mut e = Tiering::new(cfg()).unwrap();
+        let model = TierModel::new(0, 64 * MIB, Tier::Slow, 8 * MIB);
+        let sample = |page: u64| Sample {
+            addr: SUPERPAGE_SIZE + page * PAGE_SIZE,
+            kind: AccessKind::Load,
+            weight: 100_000,
+        };
+        // The first interval gives the superpage its stage-2 counters.
+        e.observe_samples(&[sample(0)], 10 * MS);
+        let samples: Vec<Sample> = pages.iter().map(|&p| sample(p)).collect();
+        e.observe_samples(&samples, 60 * MS);
+        let p = e.plan(1000 * MS, &model, &model.capacity());
+        p.moves
+            .iter()
+            .filter(|m| m.direction == Direction::Promote)
+            .map(|m| (m.start, m.len))
+            .collect::<Vec<_>>()
+    };
+    // No page holds the 3 samples a promotion needs: nothing finer than 2 MiB could move.
+    assert_eq!(
+        promoted([10, 10, 20, 20]),
+        [(SUPERPAGE_SIZE, SUPERPAGE_SIZE)]
+    );
+    // Page 10 does: the samples may be showing a few hot pages rather than all 512, so
+    // until a window tells, the page they resolve moves, not the 2 MiB around it.
+    assert_eq!(
+        promoted([10, 10, 10, 20]),
+        [(SUPERPAGE_SIZE + 10 * PAGE_SIZE, PAGE_SIZE)]
+    );
+}
+
 /// An engine moving 64 KiB chunks, and a 64 MiB target on the slow tier except superpage 0,
 /// which fills the fast tier up to its high watermark.
 fn fast_tier_full_of_superpage_0(mut c: TieringConfig) -> (Tiering, TierModel) {

@@ -70,7 +70,7 @@ impl Planner {
         let live = hot.stage2_superpages();
         let (regions, huge): (Vec<ScanRegion>, Vec<bool>) = live
             .iter()
-            .map(|&(slot, sp)| scan_region(hot, view, slot, sp))
+            .map(|&(slot, sp)| scan_region(hot, view, slot, sp, self.cfg.benefit.min_samples))
             .unzip();
         self.granularity.update(&self.cfg.granularity, &regions);
         let target = self.granularity.current();
@@ -245,12 +245,14 @@ impl Planner {
 }
 
 /// What Ryoo's scans see of one stage-2 superpage: its accessed pages, where its pages are, and
-/// how many pages the sampled ones stand for; and whether moving part of it splits a huge page.
+/// how many pages the sampled ones stand for, whether a slow page holds `min_samples`; and
+/// whether moving part of it splits a huge page.
 fn scan_region(
     hot: &HotnessView<'_>,
     view: &dyn PlacementView,
     slot: u32,
     sp: u64,
+    min_samples: u32,
 ) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
     let mut accessed = [0u64; 8];
@@ -277,6 +279,10 @@ fn scan_region(
         hot: hot
             .superpage(sp)
             .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
+        page_at_floor: (0..SUBPAGES).any(|p| {
+            residency.tier(p) == Some(Tier::Slow)
+                && subpage::value(r[p]) + subpage::value(w[p]) >= min_samples
+        }),
     };
     (region, huge)
 }
