@@ -277,180 +277,207 @@ impl Generator {
         if let Some(r) = self.pending.take() {
             return r;
         }
-        let (n, i, f) = (self.spec.records.max(1), self.i, self.pages * PAGE_SIZE);
-        let rmw = |g: &mut Self, a: u64| {
-            g.pending = Some(TraceRecord::store(a));
-            TraceRecord::load(a)
-        };
         match self.spec.workload {
-            Workload::Stream => {
-                // Triad over three arrays of the current window: a[i] = b[i] + s*c[i].
-                let window = f / 8;
-                let third = window / 3 / SUPERPAGE_SIZE * SUPERPAGE_SIZE;
-                let per_window = (n / 12).max(1);
-                let w = (i / per_window) % 8;
-                let k = self.cursor;
-                self.cursor += 1;
-                let j = k / 3;
-                let arr = k % 3;
-                let a = self.sweep(w * window + arr * third, third, j);
-                if arr == 0 {
-                    TraceRecord::store(a)
-                } else {
-                    TraceRecord::load(a)
-                }
-            }
+            Workload::Stream => self.stream(),
             Workload::Gups => {
                 let a = self.uniform();
-                rmw(self, a)
+                self.read_modify_write(a)
             }
             Workload::GupsHotset => {
                 let a = self.hot_or_uniform(0.7);
-                rmw(self, a)
+                self.read_modify_write(a)
             }
             Workload::GupsMovingHotset => {
-                if i > 0 && i % (n / 8).max(1) == 0 {
+                if self.i > 0 && self.i.is_multiple_of((self.records() / 8).max(1)) {
                     self.reset_hot();
                 }
                 let a = self.hot_or_uniform(0.7);
-                rmw(self, a)
+                self.read_modify_write(a)
             }
-            Workload::ZipfKv => {
-                let items = f / 256;
-                let rank = zipf(&mut self.rng, items, 0.99);
-                let drift = (i / (n / 10).max(1)) * (items / 7);
-                let key = (rank + drift) % items;
-                // Hashed slot: a bijection of the key space (odd multiplier, power-of-two size).
-                let slots = 1u64 << (63 - items.max(1).leading_zeros());
-                let slot = key.wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1) % slots.max(1);
-                let a = BASE + slot * 256 + self.rng.below(4) * LINE;
-                if self.rng.unit() < 0.1 {
-                    TraceRecord::store(a)
-                } else {
-                    TraceRecord::load(a)
-                }
-            }
+            Workload::ZipfKv => self.zipf_kv(),
             Workload::Clustered64k | Workload::SparseSuperpage => {
                 let a = self.hot_or_uniform(0.7);
-                if self.rng.unit() < 0.2 {
-                    TraceRecord::store(a)
-                } else {
-                    TraceRecord::load(a)
-                }
+                let store = self.rng.unit() < 0.2;
+                access(store, a)
             }
-            Workload::StridedReuse => {
-                // 12 groups of F/24 each visited in turn, one sequential pass per visit; the
-                // whole cycle repeats every n/6 records (reuse distance), 6 cycles per trace.
-                let groups = 12;
-                let cycle = (n / 6).max(groups);
-                let g = (i % cycle) * groups / cycle;
-                let k = i % (cycle / groups);
-                let len = f / 24;
-                TraceRecord::load(self.sweep(g * len * 2, len, k))
-            }
-            Workload::Shrinking => {
-                let frac = 1.0 - 0.9 * (i as f64 / n as f64);
-                let len = ((f as f64 * frac) as u64).max(SUPERPAGE_SIZE);
-                let k = self.cursor;
-                self.cursor += 1;
-                let a = self.sweep(0, len, k);
-                if k.is_multiple_of(4) {
-                    TraceRecord::store(a)
-                } else {
-                    TraceRecord::load(a)
-                }
-            }
-            Workload::Oscillating => {
-                let periods = 16;
-                let period = i * periods / n;
-                let always = (self.pages * 135 / 1000) as usize;
-                let r = self.rng.unit();
-                let page = if r < 0.55 {
-                    self.hot[self.rng.below(always as u64) as usize]
-                } else if r < 0.9 {
-                    // The half of the middle class that is active this period.
-                    let mid = self.hot.len() - always;
-                    loop {
-                        let j = self.rng.below(mid as u64);
-                        if (j + period).is_multiple_of(2) {
-                            break self.hot[always + j as usize];
-                        }
-                    }
-                } else {
-                    self.rng.below(self.pages)
-                };
-                let o = self.rand_off();
-                TraceRecord::load(self.addr(page, o))
-            }
-            Workload::RwMix => {
-                // [0, F/8): write-heavy hot region; [F/8, 3F/8): read-heavy hot region.
-                let r = self.rng.unit();
-                let o = self.rand_off();
-                if r < 0.4 {
-                    let p = self.rng.below(self.pages / 8);
-                    let a = self.addr(p, o);
-                    if self.rng.unit() < 0.9 {
-                        TraceRecord::store(a)
-                    } else {
-                        TraceRecord::load(a)
-                    }
-                } else if r < 0.85 {
-                    let p = self.pages / 8 + self.rng.below(self.pages / 4);
-                    TraceRecord::load(self.addr(p, o))
-                } else {
-                    let p = self.rng.below(self.pages);
-                    TraceRecord::load(self.addr(p, o))
-                }
-            }
-            Workload::BwMultistream => {
-                let streams = 8;
-                let s = i % streams;
-                let k = i / streams;
-                let a = self.sweep(s * (f / streams), f / streams, k);
-                if s == 0 {
-                    TraceRecord::store(a)
-                } else {
-                    TraceRecord::load(a)
-                }
-            }
-            Workload::PointerChase => {
-                // Full-period LCG over the lines of the footprint: a random cyclic chase.
-                let lines = (f / LINE).next_power_of_two() / 2;
-                self.cursor = (self
-                    .cursor
-                    .wrapping_mul(6_364_136_223_846_793_005)
-                    .wrapping_add(1_442_695_040_888_963_407))
-                    % lines;
-                TraceRecord::load(BASE + self.cursor * LINE)
-            }
-            Workload::Phases => {
-                // Eight phases: even ones sparse-random on the first half, odd ones a stream
-                // over a window of the second half.
-                let phase = i * 8 / n;
-                if phase % 2 == 0 {
-                    let a = self.hot_or_uniform(0.8);
-                    let page = (a - BASE) / PAGE_SIZE % (self.pages / 2);
-                    let o = self.rand_off();
-                    let a = self.addr(page, o);
-                    rmw(self, a)
-                } else {
-                    let k = self.cursor;
-                    self.cursor += 1;
-                    let window = f / 8;
-                    TraceRecord::load(self.sweep(f / 2 + (phase / 2 % 4) * window, window, k))
-                }
-            }
-            Workload::HotSubset => {
-                let k = self.cursor;
-                self.cursor += 1;
-                if k < self.pages {
-                    return TraceRecord::store(self.addr(k, 0));
-                }
-                let (first, len) = (self.pages * 7 / 16, (self.pages / 8).max(1));
-                let a = self.addr(first + (k - self.pages) % len, 0);
-                rmw(self, a)
-            }
+            Workload::StridedReuse => self.strided_reuse(),
+            Workload::Shrinking => self.shrinking(),
+            Workload::Oscillating => self.oscillating(),
+            Workload::RwMix => self.rw_mix(),
+            Workload::BwMultistream => self.bw_multistream(),
+            Workload::PointerChase => self.pointer_chase(),
+            Workload::Phases => self.phases(),
+            Workload::HotSubset => self.hot_subset(),
         }
+    }
+
+    /// Records in the whole trace (at least 1).
+    fn records(&self) -> u64 {
+        self.spec.records.max(1)
+    }
+
+    /// The footprint in bytes.
+    fn footprint(&self) -> u64 {
+        self.pages * PAGE_SIZE
+    }
+
+    /// A load of `a` now and a store to it as the next record.
+    fn read_modify_write(&mut self, a: u64) -> TraceRecord {
+        self.pending = Some(TraceRecord::store(a));
+        TraceRecord::load(a)
+    }
+
+    /// The next sequential position of the workload's own sweep.
+    fn next_cursor(&mut self) -> u64 {
+        let k = self.cursor;
+        self.cursor += 1;
+        k
+    }
+
+    /// Triad over three arrays of the current window: a[i] = b[i] + s*c[i].
+    fn stream(&mut self) -> TraceRecord {
+        let window = self.footprint() / 8;
+        let third = window / 3 / SUPERPAGE_SIZE * SUPERPAGE_SIZE;
+        let per_window = (self.records() / 12).max(1);
+        let w = (self.i / per_window) % 8;
+        let k = self.next_cursor();
+        let (j, arr) = (k / 3, k % 3);
+        let a = self.sweep(w * window + arr * third, third, j);
+        access(arr == 0, a)
+    }
+
+    /// Zipf(0.99) keys in hashed 256-byte slots, the popular keys drifting ten times.
+    fn zipf_kv(&mut self) -> TraceRecord {
+        let items = self.footprint() / 256;
+        let rank = zipf(&mut self.rng, items, 0.99);
+        let drift = (self.i / (self.records() / 10).max(1)) * (items / 7);
+        let key = (rank + drift) % items;
+        // Hashed slot: a bijection of the key space (odd multiplier, power-of-two size).
+        let slots = 1u64 << (63 - items.max(1).leading_zeros());
+        let slot = key.wrapping_mul(0x9E37_79B9_7F4A_7C15 | 1) % slots.max(1);
+        let a = BASE + slot * 256 + self.rng.below(4) * LINE;
+        let store = self.rng.unit() < 0.1;
+        access(store, a)
+    }
+
+    /// 12 groups of F/24 each visited in turn, one sequential pass per visit; the whole cycle
+    /// repeats every n/6 records (reuse distance), 6 cycles per trace.
+    fn strided_reuse(&mut self) -> TraceRecord {
+        let (n, i) = (self.records(), self.i);
+        let groups = 12;
+        let cycle = (n / 6).max(groups);
+        let g = (i % cycle) * groups / cycle;
+        let k = i % (cycle / groups);
+        let len = self.footprint() / 24;
+        TraceRecord::load(self.sweep(g * len * 2, len, k))
+    }
+
+    /// Sweeps from the bottom of the footprint whose top shrinks from F to F/10.
+    fn shrinking(&mut self) -> TraceRecord {
+        let frac = 1.0 - 0.9 * (self.i as f64 / self.records() as f64);
+        let len = ((self.footprint() as f64 * frac) as u64).max(SUPERPAGE_SIZE);
+        let k = self.next_cursor();
+        let a = self.sweep(0, len, k);
+        access(k.is_multiple_of(4), a)
+    }
+
+    /// 16 periods: 13.5 % of pages always active, 22 % active every other period, rest rare.
+    fn oscillating(&mut self) -> TraceRecord {
+        let periods = 16;
+        let period = self.i * periods / self.records();
+        let always = (self.pages * 135 / 1000) as usize;
+        let r = self.rng.unit();
+        let page = if r < 0.55 {
+            self.hot[self.rng.below(always as u64) as usize]
+        } else if r < 0.9 {
+            // The half of the middle class that is active this period.
+            let mid = self.hot.len() - always;
+            loop {
+                let j = self.rng.below(mid as u64);
+                if (j + period).is_multiple_of(2) {
+                    break self.hot[always + j as usize];
+                }
+            }
+        } else {
+            self.rng.below(self.pages)
+        };
+        let o = self.rand_off();
+        TraceRecord::load(self.addr(page, o))
+    }
+
+    /// [0, F/8): write-heavy hot region; [F/8, 3F/8): read-heavy hot region; the rest rare.
+    fn rw_mix(&mut self) -> TraceRecord {
+        let r = self.rng.unit();
+        let o = self.rand_off();
+        if r < 0.4 {
+            let p = self.rng.below(self.pages / 8);
+            let a = self.addr(p, o);
+            let store = self.rng.unit() < 0.9;
+            access(store, a)
+        } else if r < 0.85 {
+            let p = self.pages / 8 + self.rng.below(self.pages / 4);
+            TraceRecord::load(self.addr(p, o))
+        } else {
+            let p = self.rng.below(self.pages);
+            TraceRecord::load(self.addr(p, o))
+        }
+    }
+
+    /// Eight interleaved sweeps over eighths of the footprint, the first one storing.
+    fn bw_multistream(&mut self) -> TraceRecord {
+        let streams = 8;
+        let (s, k) = (self.i % streams, self.i / streams);
+        let part = self.footprint() / streams;
+        access(s == 0, self.sweep(s * part, part, k))
+    }
+
+    /// Full-period LCG over the lines of the footprint: a random cyclic chase.
+    fn pointer_chase(&mut self) -> TraceRecord {
+        let lines = (self.footprint() / LINE).next_power_of_two() / 2;
+        self.cursor = (self
+            .cursor
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407))
+            % lines;
+        TraceRecord::load(BASE + self.cursor * LINE)
+    }
+
+    /// Eight phases: even ones sparse-random on the first half, odd ones a stream over a window
+    /// of the second half.
+    fn phases(&mut self) -> TraceRecord {
+        let phase = self.i * 8 / self.records();
+        if phase.is_multiple_of(2) {
+            let a = self.hot_or_uniform(0.8);
+            let page = (a - BASE) / PAGE_SIZE % (self.pages / 2);
+            let o = self.rand_off();
+            let a = self.addr(page, o);
+            self.read_modify_write(a)
+        } else {
+            let k = self.next_cursor();
+            let f = self.footprint();
+            let window = f / 8;
+            TraceRecord::load(self.sweep(f / 2 + (phase / 2 % 4) * window, window, k))
+        }
+    }
+
+    /// Every page written once in order, then read and written over a hot F/8 from 7F/16.
+    fn hot_subset(&mut self) -> TraceRecord {
+        let k = self.next_cursor();
+        if k < self.pages {
+            return TraceRecord::store(self.addr(k, 0));
+        }
+        let (first, len) = (self.pages * 7 / 16, (self.pages / 8).max(1));
+        let a = self.addr(first + (k - self.pages) % len, 0);
+        self.read_modify_write(a)
+    }
+}
+
+/// A store of `a` when `store`, else a load.
+fn access(store: bool, a: u64) -> TraceRecord {
+    if store {
+        TraceRecord::store(a)
+    } else {
+        TraceRecord::load(a)
     }
 }
 
