@@ -316,11 +316,6 @@ impl Generator {
         self.spec.records.max(1)
     }
 
-    /// The footprint in bytes.
-    fn footprint(&self) -> u64 {
-        self.pages * PAGE_SIZE
-    }
-
     /// A load of `a` now and a store to it as the next record.
     fn read_modify_write(&mut self, a: u64) -> TraceRecord {
         self.pending = Some(TraceRecord::store(a));
@@ -336,7 +331,7 @@ impl Generator {
 
     /// Triad over three arrays of the current window: a[i] = b[i] + s*c[i].
     fn stream(&mut self) -> TraceRecord {
-        let window = self.footprint() / 8;
+        let window = self.spec.footprint / 8;
         let third = window / 3 / SUPERPAGE_SIZE * SUPERPAGE_SIZE;
         let per_window = (self.records() / 12).max(1);
         let w = (self.i / per_window) % 8;
@@ -348,7 +343,7 @@ impl Generator {
 
     /// Zipf(0.99) keys in hashed 256-byte slots, the popular keys drifting ten times.
     fn zipf_kv(&mut self) -> TraceRecord {
-        let items = self.footprint() / 256;
+        let items = self.spec.footprint / 256;
         let rank = zipf(&mut self.rng, items, 0.99);
         let drift = (self.i / (self.records() / 10).max(1)) * (items / 7);
         let key = (rank + drift) % items;
@@ -368,14 +363,14 @@ impl Generator {
         let cycle = (n / 6).max(groups);
         let g = (i % cycle) * groups / cycle;
         let k = i % (cycle / groups);
-        let len = self.footprint() / 24;
+        let len = self.spec.footprint / 24;
         TraceRecord::load(self.sweep(g * len * 2, len, k))
     }
 
     /// Sweeps from the bottom of the footprint whose top shrinks from F to F/10.
     fn shrinking(&mut self) -> TraceRecord {
         let frac = 1.0 - 0.9 * (self.i as f64 / self.records() as f64);
-        let len = ((self.footprint() as f64 * frac) as u64).max(SUPERPAGE_SIZE);
+        let len = ((self.spec.footprint as f64 * frac) as u64).max(SUPERPAGE_SIZE);
         let k = self.next_cursor();
         let a = self.sweep(0, len, k);
         access(k.is_multiple_of(4), a)
@@ -427,13 +422,13 @@ impl Generator {
     fn bw_multistream(&mut self) -> TraceRecord {
         let streams = 8;
         let (s, k) = (self.i % streams, self.i / streams);
-        let part = self.footprint() / streams;
+        let part = self.spec.footprint / streams;
         access(s == 0, self.sweep(s * part, part, k))
     }
 
     /// Full-period LCG over the lines of the footprint: a random cyclic chase.
     fn pointer_chase(&mut self) -> TraceRecord {
-        let lines = (self.footprint() / LINE).next_power_of_two() / 2;
+        let lines = (self.spec.footprint / LINE).next_power_of_two() / 2;
         self.cursor = (self
             .cursor
             .wrapping_mul(6_364_136_223_846_793_005)
@@ -454,7 +449,7 @@ impl Generator {
             self.read_modify_write(a)
         } else {
             let k = self.next_cursor();
-            let f = self.footprint();
+            let f = self.spec.footprint;
             let window = f / 8;
             TraceRecord::load(self.sweep(f / 2 + (phase / 2 % 4) * window, window, k))
         }

@@ -105,7 +105,6 @@ impl Report<'_> {
             .map(|&p| (p, gm(p)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .unwrap_or((PolicyName::Static4k, f64::NAN));
-        let delta = |a: f64, b: f64| format!("{:+.1}", (a / b - 1.0) * 100.0);
         o.push('\n');
         o.push_str(&super::fill(
             GOALS,
@@ -114,11 +113,11 @@ impl Report<'_> {
                 ("memtide_gm", format!("{memtide:.3}")),
                 ("best", best.name().into()),
                 ("best_gm", format!("{best_gm:.3}")),
-                ("best_delta", delta(memtide, best_gm)),
+                ("best_delta", percent_over(memtide, best_gm)),
                 ("best_verdict", verdict(memtide <= best_gm * 0.97).into()),
                 ("best_static", best_static.name().into()),
                 ("static_gm", format!("{static_gm:.3}")),
-                ("static_delta", delta(memtide, static_gm)),
+                ("static_delta", percent_over(memtide, static_gm)),
                 ("static_verdict", verdict(memtide < static_gm).into()),
                 ("bound_share", format!("{:.3}", shares.bound)),
                 ("bound_verdict", verdict(shares.bound >= 0.9).into()),
@@ -134,9 +133,7 @@ impl Report<'_> {
             self.static_lead(o, section, best_static);
         }
     }
-}
 
-impl Report<'_> {
     /// What the best static granularity does on the traces where it is faster than memtide.
     fn static_lead(&self, o: &mut String, section: &str, best_static: PolicyName) {
         let pairs: Vec<(&str, &SimResult, &SimResult)> = self
@@ -153,12 +150,7 @@ impl Report<'_> {
         }
         let lead_list = pairs
             .iter()
-            .map(|(t, m, s)| {
-                format!(
-                    "{t} {:+.1} %",
-                    (m.relative_time / s.relative_time - 1.0) * 100.0
-                )
-            })
+            .map(|(t, m, s)| format!("{t} {} %", percent_over(m.relative_time, s.relative_time)))
             .collect::<Vec<_>>()
             .join(", ");
         let promoted_ratio = geomean(
@@ -199,9 +191,7 @@ impl Report<'_> {
         }
         o.push('\n');
     }
-}
 
-impl Report<'_> {
     /// Why `static-2m` can lead: its whole moves, and what they cost on a sweep.
     fn static_2m_lead(&self) -> String {
         let shrinking = |p: PolicyName| self.main("shrinking", p);
@@ -287,9 +277,9 @@ impl Report<'_> {
         let yardstick = |s: Option<f64>| s.map_or("-".into(), |h| format!("{h:.2}"));
         let _ = writeln!(
             o,
-            " {} | {:+.1} % | {:.2} | {} | {} | {} |",
+            " {} | {} % | {:.2} | {} | {} | {} |",
             row.best.name(),
-            (row.relative_time / row.best_time - 1.0) * 100.0,
+            percent_over(row.relative_time, row.best_time),
             row.share,
             yardstick(row.hindsight),
             yardstick(row.hindsight_epoch),
@@ -304,6 +294,11 @@ struct HitShares {
     bound: f64,
     hindsight: f64,
     hindsight_epoch: f64,
+}
+
+/// How much `a` is above `b`, in percent with its sign (`+4.1`).
+fn percent_over(a: f64, b: f64) -> String {
+    format!("{:+.1}", (a / b - 1.0) * 100.0)
 }
 
 /// The policy with the lowest relative time among `runs`.
