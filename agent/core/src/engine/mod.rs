@@ -377,6 +377,7 @@ impl Engine {
             stage1: &self.stage1,
             stage2: &self.stage2,
             reuse: &self.reuse,
+            cover: &self.cover_hist,
             hot_cutoff: self.hot_cutoff,
             access_rate: self.access_rate,
             units: self.units,

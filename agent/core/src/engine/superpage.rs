@@ -29,6 +29,11 @@ pub(crate) const SEEN: u8 = 1;
 pub(crate) const TOUCHED_EPOCH: u8 = 2;
 /// Was in the hot set at the last plan.
 pub(crate) const HOT_PREV: u8 = 4;
+/// The bits of `flags` above this one count the consecutive intervals touched up to
+/// `last_touch`, saturating at [`RUN_MAX`].
+const RUN_SHIFT: u32 = 3;
+const RUN_MAX: u8 = 0xFF >> RUN_SHIFT;
+const FLAG_BITS: u8 = (1 << RUN_SHIFT) - 1;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct SuperpageRecord {
@@ -101,6 +106,16 @@ impl SuperpageRecord {
         self.heat_r == 0 && self.heat_w == 0 && self.untouched_beyond(closed, retain)
     }
 
+    /// Consecutive intervals in which it was touched, ending with the interval stamped `closed`
+    /// (0 when untouched in that one), at most [`RUN_MAX`].
+    pub(crate) fn touched_run(&self, closed: u16) -> u8 {
+        if self.flags & SEEN != 0 && self.last_touch == closed {
+            self.flags >> RUN_SHIFT
+        } else {
+            0
+        }
+    }
+
     /// Touched at least once (a later touch is a reuse).
     pub(crate) fn seen(&self) -> bool {
         self.flags & SEEN != 0
@@ -133,6 +148,12 @@ impl SuperpageRecord {
             if self.flags & SEEN != 0 {
                 gap = Some(u32::from(interval.wrapping_sub(self.last_touch)));
             }
+            let run = if gap == Some(1) {
+                (self.flags >> RUN_SHIFT).saturating_add(1).min(RUN_MAX)
+            } else {
+                1
+            };
+            self.flags = (self.flags & FLAG_BITS) | (run << RUN_SHIFT);
             self.last_touch = interval;
             self.flags |= SEEN | TOUCHED_EPOCH;
         }
@@ -385,5 +406,43 @@ mod tests {
         r.ivl_r = 1;
         assert_eq!(r.close(1, 1, 2, (2, 1.0)).1, Some(65_529));
         assert_eq!(r.weighted(2, 1.0), r.heat_r + 2 * r.heat_w);
+    }
+
+    #[test]
+    fn the_touched_run_counts_consecutive_intervals_up_to_the_last_closed_one() {
+        let one = (2, 1.0);
+        let mut r = SuperpageRecord::new(1);
+        assert_eq!(r.touched_run(0), 0, "never touched");
+        for interval in 10..13 {
+            r.ivl_r = 1;
+            r.close(1, 1, interval, one);
+            assert_eq!(r.touched_run(interval), (interval - 9) as u8);
+        }
+        // The other flags keep their bits.
+        assert_eq!(r.flags & FLAG_BITS, SEEN | TOUCHED_EPOCH);
+        // An interval without samples ends the run: the record is not closed again while it
+        // rests, so the run reads 0 from the interval stamp alone...
+        r.close(1, 1, 13, one);
+        assert_eq!(r.touched_run(13), 0);
+        // ...and a touch after a gap starts a new run.
+        r.ivl_w = 1;
+        r.close(1, 1, 14, one);
+        assert_eq!(r.touched_run(14), 1);
+        // Several intervals closed at once, the first with the samples: untouched after it.
+        r.ivl_r = 1;
+        r.close(1, 3, 15, one);
+        assert_eq!((r.touched_run(15), r.touched_run(17)), (2, 0));
+        // It saturates, and the stamps wrap at 2^16.
+        let mut r = SuperpageRecord::new(2);
+        for i in 0..40u32 {
+            let interval = (65_520 + i) as u16;
+            r.ivl_r = 1;
+            r.close(1, 1, interval, one);
+            assert_eq!(
+                r.touched_run(interval),
+                (i + 1).min(u32::from(RUN_MAX)) as u8
+            );
+        }
+        assert_eq!(r.flags & FLAG_BITS, SEEN | TOUCHED_EPOCH);
     }
 }

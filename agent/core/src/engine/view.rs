@@ -2,6 +2,7 @@
 
 use super::{
     EngineConfig, Units,
+    hotset::Histogram,
     reuse::ReuseHistogram,
     subpage::{self, Stage2},
     superpage::{HOT_PREV, Stage1, SuperpageRecord, TOUCHED_EPOCH},
@@ -16,6 +17,8 @@ pub struct HotnessView<'a> {
     pub(super) stage1: &'a Stage1,
     pub(super) stage2: &'a Stage2,
     pub(super) reuse: &'a ReuseHistogram,
+    /// Stage-1 accesses of every warm superpage (what `hot_cutoff` was cut from).
+    pub(super) cover: &'a Histogram,
     /// Smallest cooled stage-1 count in the 70 % hot set of superpages.
     pub hot_cutoff: u32,
     /// Smoothed accesses per second (sample weights over interval time).
@@ -103,6 +106,22 @@ impl<'a> HotnessView<'a> {
     /// A record's cooled accesses, in read samples.
     pub(crate) fn accesses(&self, rec: &SuperpageRecord) -> u32 {
         rec.accesses(self.write_factor())
+    }
+
+    /// Cooled accesses (as [`Self::accesses`]) that rank a superpage among the `n` hottest
+    /// (ties at the cut-off included): 1 when fewer than `n` are warm, `u32::MAX` when `n` is 0.
+    pub(crate) fn accesses_to_rank(&self, n: usize) -> u32 {
+        if n == 0 {
+            u32::MAX
+        } else {
+            self.cover.top(n).0.max(1)
+        }
+    }
+
+    /// Consecutive counting intervals, ending with the last closed one, in which `rec` was
+    /// sampled.
+    pub(crate) fn touched_run(&self, rec: &SuperpageRecord) -> u8 {
+        rec.touched_run(self.interval_stamp)
     }
 
     /// Stage-2 counts (reads and writes) of `len` bytes at `start` within a slot, and of the

@@ -893,6 +893,58 @@ fn a_hot_superpage_moves_whole_until_one_of_its_pages_holds_the_floor() {
     );
 }
 
+#[test]
+fn a_lasting_warm_superpage_moves_whole_and_a_sweep_passing_through_does_not() {
+    // Two slow superpages: `hot_sp` with 400 samples an interval on four pages (stage 1's hot
+    // set), and `warm_sp` with 24 an interval spread over its pages, every sample on a new page
+    // (a full window of samples, coverage near 0). No page of `warm_sp` reaches the 3 samples
+    // a promotion needs; only a whole move brings it in, and an 8 MiB fast tier has room.
+    let interval = fifty_ms_intervals().engine.interval();
+    let promoted_warm = |warm_samples: &dyn Fn(u32) -> usize| {
+        let mut e = Tiering::new(cfg()).unwrap();
+        let model = TierModel::new(0, 64 * MIB, Tier::Slow, 8 * MIB);
+        let (hot_sp, warm_sp) = (8 * MIB, 32 * MIB);
+        let sample = |addr| Sample {
+            addr,
+            kind: AccessKind::Load,
+            weight: 1000,
+        };
+        e.observe_samples(&[sample(hot_sp), sample(warm_sp)], 10 * MS);
+        let mut warm_page = 0;
+        let mut now = 10 * MS;
+        for i in 1..=8 {
+            now += interval;
+            let mut samples: Vec<Sample> = (0..400)
+                .map(|k| sample(hot_sp + (k % 4) * PAGE_SIZE))
+                .collect();
+            for _ in 0..warm_samples(i) {
+                samples.push(sample(warm_sp + warm_page * PAGE_SIZE));
+                warm_page = (warm_page + 1) % 512;
+            }
+            e.observe_samples(&samples, now);
+        }
+        let p = e.plan(now + interval, &model, &model.capacity());
+        p.moves
+            .iter()
+            .filter(|m| {
+                m.direction == Direction::Promote
+                    && (warm_sp..warm_sp + SUPERPAGE_SIZE).contains(&m.start)
+            })
+            .map(|m| (m.start, m.len))
+            .collect::<Vec<_>>()
+    };
+    // Sampled in every interval: warm in place, moved whole.
+    assert_eq!(promoted_warm(&|_| 24), [(32 * MIB, SUPERPAGE_SIZE)]);
+    // As many samples in the last two intervals only, as a sweep passing through would leave:
+    // a full window of them, each on a new page too, but its heat has not lasted. Only what
+    // the samples resolve may move, and they resolve no page.
+    let swept = promoted_warm(&|i| if i >= 7 { 96 } else { 0 });
+    assert!(
+        swept.iter().all(|&(_, len)| len < SUPERPAGE_SIZE),
+        "{swept:?}"
+    );
+}
+
 /// An engine moving 64 KiB chunks, and a 64 MiB target on the slow tier except superpage 0,
 /// which fills the fast tier up to its high watermark.
 fn fast_tier_full_of_superpage_0(mut c: TieringConfig) -> (Tiering, TierModel) {

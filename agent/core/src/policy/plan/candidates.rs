@@ -5,14 +5,14 @@ use super::{Planner, Scale};
 use crate::{
     engine::{HotnessView, subpage},
     policy::{
-        PlacementView, PolicyConfig,
+        CapacityView, PlacementView, PolicyConfig,
         benefit::CostModel,
         capacity::page_bits,
-        granularity::ScanRegion,
+        granularity::{LASTING_INTERVALS, ScanRegion},
         rw::{self, WritePrediction},
         splits_huge,
     },
-    units::{Direction, Granularity, PAGE_SIZE, SUBPAGES, Tier, superpage_base},
+    units::{Direction, Granularity, PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, superpage_base},
 };
 
 /// Slow data worth promoting: a whole superpage, a medium chunk or one hot page.
@@ -62,15 +62,21 @@ impl Planner {
     pub(super) fn promotion_candidates(
         &mut self,
         hot: &HotnessView<'_>,
-        view: &dyn PlacementView,
+        (view, cap): (&dyn PlacementView, &CapacityView),
         costs: &CostModel,
         scale: Scale,
         epoch: u64,
     ) -> Vec<Candidate> {
+        let fast_superpages =
+            usize::try_from(cap.fast_reach_bytes() / SUPERPAGE_SIZE).unwrap_or(usize::MAX);
+        let bars = RegionBars {
+            min_samples: self.cfg.benefit.min_samples,
+            fits_fast: hot.accesses_to_rank(fast_superpages),
+        };
         let live = hot.stage2_superpages();
         let (regions, huge): (Vec<ScanRegion>, Vec<bool>) = live
             .iter()
-            .map(|&(slot, sp)| scan_region(hot, view, slot, sp, self.cfg.benefit.min_samples))
+            .map(|&(slot, sp)| scan_region(hot, view, slot, sp, bars))
             .unzip();
         self.granularity.update(&self.cfg.granularity, &regions);
         let target = self.granularity.current();
@@ -244,15 +250,24 @@ impl Planner {
     }
 }
 
+/// What a stage-2 superpage's counts are measured against.
+#[derive(Clone, Copy)]
+struct RegionBars {
+    /// Samples a promotion needs (`benefit.min_samples`).
+    min_samples: u32,
+    /// Stage-1 accesses that rank a superpage among those the fast tier can hold whole.
+    fits_fast: u32,
+}
+
 /// What Ryoo's scans see of one stage-2 superpage: its accessed pages, where its pages are, and
-/// how many pages the sampled ones stand for, whether a slow page holds `min_samples`; and
-/// whether moving part of it splits a huge page.
+/// how many pages the sampled ones stand for, whether a slow page holds `min_samples`, how its
+/// heat ranks and how long it has lasted; and whether moving part of it splits a huge page.
 fn scan_region(
     hot: &HotnessView<'_>,
     view: &dyn PlacementView,
     slot: u32,
     sp: u64,
-    min_samples: u32,
+    bars: RegionBars,
 ) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
     let mut accessed = [0u64; 8];
@@ -269,6 +284,7 @@ fn scan_region(
     if !sampled && accessed != [0; 8] && huge {
         accessed = [u64::MAX; 8];
     }
+    let rec = hot.superpage(sp);
     let region = ScanRegion {
         sp,
         accessed,
@@ -276,12 +292,12 @@ fn scan_region(
         density_scale: hot.density_scale(slot),
         coverage: hot.sample_coverage(slot),
         sampled,
-        hot: hot
-            .superpage(sp)
-            .is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
+        hot: rec.is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
+        fits_fast: rec.is_some_and(|rec| hot.accesses(rec) >= bars.fits_fast),
+        lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
         page_at_floor: (0..SUBPAGES).any(|p| {
             residency.tier(p) == Some(Tier::Slow)
-                && subpage::value(r[p]) + subpage::value(w[p]) >= min_samples
+                && subpage::value(r[p]) + subpage::value(w[p]) >= bars.min_samples
         }),
     };
     (region, huge)

@@ -263,7 +263,7 @@ impl Planner {
                 .hysteresis_epochs
                 .max(pc.benefit.pingpong_window_epochs),
         );
-        let candidates = self.promotion_candidates(hot, view, &costs, scale, epoch);
+        let candidates = self.promotion_candidates(hot, (view, cap), &costs, scale, epoch);
         let target = self.granularity.current();
         let would_promote: u64 = candidates.iter().map(|c| c.need).sum();
 

@@ -204,6 +204,10 @@ impl Report<'_> {
                 ("shrinking_memtide", time(PolicyName::Memtide)),
                 ("shrinking_static_pingpong", pingpong(PolicyName::Static2m)),
                 ("shrinking_memtide_pingpong", pingpong(PolicyName::Memtide)),
+                (
+                    "lasting_intervals",
+                    memtide_core::policy::granularity::LASTING_INTERVALS.to_string(),
+                ),
             ],
         )
     }
