@@ -137,6 +137,103 @@ impl Residency {
     pub fn slow_pages(&self) -> u32 {
         self.slow.iter().map(|w| w.count_ones()).sum()
     }
+
+    /// The pages for which [`Self::tier`] answers `tier` (a page in both bitmaps reads fast).
+    #[must_use]
+    pub fn pages_in(&self, tier: Tier) -> PageMask {
+        match tier {
+            Tier::Fast => self.fast,
+            Tier::Slow => std::array::from_fn(|w| self.slow[w] & !self.fast[w]),
+        }
+    }
+}
+
+/// One bit per 4 KiB page of a superpage: page `p` is bit `p % 64` of word `p / 64`. The
+/// planner's per-page work runs on these a word at a time: most pages of a superpage have no
+/// count, and a loop over all 512 is its hottest.
+pub type PageMask = [u64; 8];
+
+/// Pages `[first, first + n)` of a superpage (clipped at its end).
+#[must_use]
+pub fn page_bits(first: usize, n: usize) -> PageMask {
+    let end = (first + n).min(SUBPAGES);
+    std::array::from_fn(|word| {
+        let (lo, hi) = (first.max(word * 64), end.min(word * 64 + 64));
+        if lo >= hi {
+            0
+        } else {
+            ones(hi - lo) << (lo - word * 64)
+        }
+    })
+}
+
+/// The low `n` bits (`n` ≤ 64).
+const fn ones(n: usize) -> u64 {
+    if n >= 64 { u64::MAX } else { (1 << n) - 1 }
+}
+
+/// Pages in both masks.
+#[must_use]
+pub fn both(a: &PageMask, b: &PageMask) -> PageMask {
+    std::array::from_fn(|w| a[w] & b[w])
+}
+
+/// Pages in `a` but not in `b`.
+#[must_use]
+pub fn except(a: &PageMask, b: &PageMask) -> PageMask {
+    std::array::from_fn(|w| a[w] & !b[w])
+}
+
+/// Number of pages in the mask.
+#[must_use]
+pub fn count_pages(mask: &PageMask) -> u32 {
+    mask.iter().map(|w| w.count_ones()).sum()
+}
+
+/// Pages of the mask among pages `[first, first + n)`.
+#[must_use]
+pub fn count_within(mask: &PageMask, first: usize, n: usize) -> u32 {
+    count_pages(&both(mask, &page_bits(first, n)))
+}
+
+/// The pages of the mask, in ascending order.
+pub fn set_pages(mask: PageMask) -> impl Iterator<Item = usize> {
+    mask.into_iter().enumerate().flat_map(|(word, bits)| {
+        let mut left = bits;
+        std::iter::from_fn(move || {
+            (left != 0).then(|| {
+                let p = word * 64 + left.trailing_zeros() as usize;
+                left &= left - 1;
+                p
+            })
+        })
+    })
+}
+
+/// Calls `f(first, n)` for each maximal run of pages in the mask, in ascending order.
+pub fn page_runs(mask: &PageMask, mut f: impl FnMut(usize, usize)) {
+    let mut from = 0;
+    while let Some(first) = next_page(mask, from, true) {
+        let end = next_page(mask, first, false).unwrap_or(SUBPAGES);
+        f(first, end - first);
+        from = end;
+    }
+}
+
+/// The first page at or after `from` that is in the mask (`inside`) or out of it.
+fn next_page(mask: &PageMask, from: usize, inside: bool) -> Option<usize> {
+    let mut p = from;
+    while p < SUBPAGES {
+        let (word, bit) = (p / 64, p % 64);
+        let bits = if inside { mask[word] } else { !mask[word] };
+        // Bits shifted in from the top read as "neither": the next word decides.
+        let left = bits >> bit;
+        if left != 0 {
+            return Some(p + left.trailing_zeros() as usize);
+        }
+        p = (word + 1) * 64;
+    }
+    None
 }
 
 /// Which way a range moves.
@@ -182,6 +279,93 @@ mod tests {
             serde_json::from_str::<Granularity>("65536").ok(),
             Some(Granularity::KIB_64)
         );
+    }
+
+    /// The word-at-a-time helpers against a page-at-a-time reading of the same masks.
+    #[test]
+    fn page_masks_agree_with_a_page_by_page_reading() {
+        let by_page = |first: usize, n: usize| {
+            let mut m = [0u64; 8];
+            for p in first..(first + n).min(SUBPAGES) {
+                m[p / 64] |= 1 << (p % 64);
+            }
+            m
+        };
+        for (first, n) in [
+            (0, 0),
+            (0, 1),
+            (0, 64),
+            (3, 61),
+            (63, 2),
+            (60, 200),
+            (500, 40),
+            (0, 512),
+        ] {
+            assert_eq!(page_bits(first, n), by_page(first, n), "pages {first}+{n}");
+        }
+        let mut mask = by_page(0, 3);
+        for (first, n) in [(62, 4), (127, 1), (200, 64), (511, 1)] {
+            mask = std::array::from_fn(|w| mask[w] | by_page(first, n)[w]);
+        }
+        let listed: Vec<usize> = set_pages(mask).collect();
+        let expected: Vec<usize> = (0..SUBPAGES)
+            .filter(|&p| mask[p / 64] & (1 << (p % 64)) != 0)
+            .collect();
+        assert_eq!(listed, expected);
+        assert_eq!(count_pages(&mask) as usize, expected.len());
+        let mut got = Vec::new();
+        page_runs(&mask, |first, n| got.push((first, n)));
+        assert_eq!(got, [(0, 3), (62, 4), (127, 1), (200, 64), (511, 1)]);
+        let mut got = Vec::new();
+        page_runs(&[u64::MAX; 8], |first, n| got.push((first, n)));
+        assert_eq!(got, [(0, SUBPAGES)]);
+        page_runs(&[0; 8], |_, _| panic!("no run in an empty mask"));
+        let r = Residency {
+            fast: by_page(0, 2),
+            slow: by_page(1, 3),
+        };
+        assert_eq!(r.pages_in(Tier::Slow), by_page(2, 2));
+        assert_eq!(both(&mask, &by_page(60, 10)), by_page(62, 4));
+        assert_eq!(
+            except(&by_page(0, 10), &by_page(2, 6)),
+            [0b11_0000_0011, 0, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn count_within_counts_the_range_only_across_word_boundaries() {
+        let mask = [
+            0xF0F0_0000_0000_000F,
+            u64::MAX,
+            0,
+            1,
+            1 << 63,
+            0xAAAA_AAAA_AAAA_AAAA,
+            0,
+            u64::MAX,
+        ];
+        let naive = |first: usize, n: usize| {
+            (first..first + n)
+                .filter(|&p| mask[p / 64] & (1 << (p % 64)) != 0)
+                .count() as u32
+        };
+        for (first, n) in [
+            (0, 512),
+            (0, 16),
+            (48, 16),
+            (60, 8),
+            (56, 80),
+            (255, 2),
+            (320, 64),
+            (1, 510),
+            (511, 1),
+        ] {
+            assert_eq!(
+                count_within(&mask, first, n),
+                naive(first, n),
+                "{first}+{n}"
+            );
+        }
     }
 
     #[test]

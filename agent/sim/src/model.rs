@@ -26,7 +26,7 @@ use std::{
 use serde::Serialize;
 
 use memtide_core::policy::{CapacityView, PlacementView, TierCost};
-use memtide_core::units::{PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier};
+use memtide_core::units::{PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier, page_runs};
 
 /// Platform presets (digest §6.2 H2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, clap::ValueEnum)]
@@ -541,32 +541,19 @@ impl PlacementView for TierModel {
     }
 
     fn for_each_fast_range(&self, visit: &mut dyn FnMut(u64, u64)) {
-        let mut keys: Vec<u64> = self
+        let mut fast: Vec<(u64, usize)> = self
             .sps
             .iter()
-            .filter(|s| s.fast != [0; 8])
-            .map(|s| s.sp)
+            .enumerate()
+            .filter(|(_, s)| s.fast != [0; 8])
+            .map(|(idx, s)| (s.sp, idx))
             .collect();
-        keys.sort_unstable();
-        for sp in keys {
-            let Some(idx) = self.find(sp) else { continue };
-            let s = &self.sps[idx];
+        fast.sort_unstable();
+        for (sp, idx) in fast {
             let base = sp * SUPERPAGE_SIZE;
-            let mut p = 0;
-            while p < SUBPAGES {
-                if s.is_fast(p) {
-                    let from = p;
-                    while p < SUBPAGES && s.is_fast(p) {
-                        p += 1;
-                    }
-                    visit(
-                        base + from as u64 * PAGE_SIZE,
-                        (p - from) as u64 * PAGE_SIZE,
-                    );
-                } else {
-                    p += 1;
-                }
-            }
+            page_runs(&self.sps[idx].fast, |first, n| {
+                visit(base + first as u64 * PAGE_SIZE, n as u64 * PAGE_SIZE);
+            });
         }
     }
 }

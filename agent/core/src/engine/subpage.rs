@@ -12,7 +12,7 @@
 //! the cooled half of the epoch before: at 1 M samples/s and the longest default epoch (20 s)
 //! that is 4·10^7, far below the bound. 4 KiB per monitored superpage.
 
-use crate::units::SUBPAGES;
+use crate::units::{PageMask, SUBPAGES};
 
 /// Value bits of a stage-2 counter.
 pub const VALUE_MASK: u32 = 0x7FFF_FFFF;
@@ -67,6 +67,9 @@ pub(crate) struct Stage2 {
     sps: Vec<u64>,
     /// Per slot: 512 read counters then 512 write counters.
     counters: Vec<u32>,
+    /// Per slot, its pages with a read or a write count: most of a superpage's pages have
+    /// none, and the planner's per-page sums visit only these.
+    counted: Vec<PageMask>,
     free: Vec<u32>,
     /// Per slot, the samples of its current window (see [`SampleWindow`]).
     windows: Vec<SampleWindow>,
@@ -111,11 +114,13 @@ impl Stage2 {
         if let Some(slot) = self.free.pop() {
             self.sps[slot as usize] = sp;
             self.slot_mut(slot).fill(0);
+            self.counted[slot as usize] = [0; 8];
             self.windows[slot as usize] = SampleWindow::default();
             slot
         } else {
             self.sps.push(sp);
             self.counters.resize(self.counters.len() + 2 * SUBPAGES, 0);
+            self.counted.push([0; 8]);
             self.windows.push(SampleWindow::default());
             (self.sps.len() - 1) as u32
         }
@@ -134,6 +139,9 @@ impl Stage2 {
     pub(crate) fn add(&mut self, slot: u32, page: usize, write: bool, w: u32) {
         let i = slot as usize * 2 * SUBPAGES + usize::from(write) * SUBPAGES + page;
         bump(&mut self.counters[i], w);
+        if self.counters[i] != 0 {
+            self.counted[slot as usize][page / 64] |= 1 << (page % 64);
+        }
     }
 
     /// (reads, writes) counters of a slot.
@@ -185,6 +193,11 @@ impl Stage2 {
         self.counters[base..base + 2 * SUBPAGES].split_at(SUBPAGES)
     }
 
+    /// The pages of a slot with a read or a write count.
+    pub(crate) fn counted_pages(&self, slot: u32) -> PageMask {
+        self.counted[slot as usize]
+    }
+
     /// Live (slot, superpage number) pairs in ascending superpage order.
     pub(crate) fn live_sorted(&self) -> Vec<(u32, u64)> {
         let mut v: Vec<(u32, u64)> = self
@@ -208,8 +221,22 @@ impl Stage2 {
     }
 
     pub(crate) fn cool_all(&mut self, shift: u32) {
-        for c in &mut self.counters {
-            *c = cool(*c, shift);
+        // Only the pages with a count have one to cool; cooling zeroes some of them.
+        let slots = self.counters.chunks_exact_mut(2 * SUBPAGES);
+        for (counters, counted) in slots.zip(&mut self.counted) {
+            let (r, w) = counters.split_at_mut(SUBPAGES);
+            for (word, bits) in counted.iter_mut().enumerate() {
+                let mut left = *bits;
+                while left != 0 {
+                    let bit = left.trailing_zeros();
+                    left &= left - 1;
+                    let p = word * 64 + bit as usize;
+                    r[p] = cool(r[p], shift);
+                    w[p] = cool(w[p], shift);
+                    // Branch-free: whether a count survives is a coin toss per page.
+                    *bits &= !(u64::from(r[p] | w[p] == 0) << bit);
+                }
+            }
         }
         for w in &mut self.windows {
             if w.samples >= WINDOW_SAMPLES {
@@ -224,6 +251,7 @@ impl Stage2 {
     pub(crate) fn memory_bytes(&self) -> usize {
         self.sps.capacity() * size_of::<u64>()
             + self.counters.capacity() * size_of::<u32>()
+            + self.counted.capacity() * size_of::<PageMask>()
             + self.free.capacity() * size_of::<u32>()
             + self.windows.capacity() * size_of::<SampleWindow>()
     }
@@ -232,6 +260,49 @@ impl Stage2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The counted-page masks follow the counters through counting, cooling and slot reuse.
+    #[test]
+    fn counted_pages_are_the_pages_with_a_count() {
+        let from_counters = |s: &Stage2, slot: u32| {
+            let (r, w) = s.counters(slot);
+            let mut mask = [0u64; 8];
+            for p in 0..SUBPAGES {
+                if r[p] | w[p] != 0 {
+                    mask[p / 64] |= 1 << (p % 64);
+                }
+            }
+            mask
+        };
+        let mut s = Stage2::default();
+        let a = s.allocate(1);
+        let b = s.allocate(2);
+        for (page, write, n) in [(0, false, 1), (63, true, 3), (64, false, 4), (511, true, 1)] {
+            s.add(a, page, write, n);
+        }
+        s.add(b, 7, false, 0);
+        s.add(b, 300, false, 2);
+        assert_eq!(s.counted_pages(a), from_counters(&s, a));
+        assert_eq!(s.counted_pages(b), from_counters(&s, b));
+        assert_eq!(s.counted_pages(b)[0], 0, "a zero add counts nothing");
+        // Halving zeroes the counts of 1, keeps 3, 4 and 2.
+        s.cool_all(1);
+        for slot in [a, b] {
+            assert_eq!(s.counted_pages(slot), from_counters(&s, slot));
+        }
+        assert_eq!(s.counted_pages(a)[0], 1 << 63);
+        let (r, w) = s.counters(a);
+        assert_eq!(
+            (r[0], w[63], r[64], w[511]),
+            (0, 1, 2, 0),
+            "each count halved"
+        );
+        assert_eq!(s.counters(b).0[300], 1);
+        s.release(a);
+        let c = s.allocate(3);
+        assert_eq!(c, a, "the freed slot is reused");
+        assert_eq!(s.counted_pages(c), [0; 8]);
+    }
 
     #[test]
     fn thin_samples_of_dense_data_scale_up_and_repeated_hot_pages_do_not() {

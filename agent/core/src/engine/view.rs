@@ -7,7 +7,7 @@ use super::{
     subpage::{self, Stage2},
     superpage::{HOT_PREV, Stage1, SuperpageRecord, TOUCHED_EPOCH},
 };
-use crate::units::{PAGE_SHIFT, PAGE_SIZE, SUBPAGES, SUPERPAGE_SHIFT};
+use crate::units::{PAGE_SHIFT, PAGE_SIZE, PageMask, SUBPAGES, SUPERPAGE_SHIFT};
 
 /// What the planner may read of one target's hotness. The engine alone changes its counters,
 /// and resets what an epoch accumulates in [`super::Engine::end_epoch`].
@@ -79,6 +79,12 @@ impl<'a> HotnessView<'a> {
     /// [`subpage::value`].
     pub(crate) fn counters(&self, slot: u32) -> (&'a [u32], &'a [u32]) {
         self.stage2.counters(slot)
+    }
+
+    /// The pages of a slot with a read or a write count: the planner's per-page sums visit
+    /// only these.
+    pub(crate) fn counted_pages(&self, slot: u32) -> PageMask {
+        self.stage2.counted_pages(slot)
     }
 
     /// How many pages a slot's accessed pages stand for (Good–Turing coverage of its samples).

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::CapacityView;
-use crate::units::{Direction, SUBPAGES};
+use crate::units::Direction;
 use crate::validate::{ConfigError, check};
 
 /// Capacity, budget and hysteresis tunables.
@@ -129,15 +129,7 @@ pub struct MoveMarks {
     window: u64,
 }
 
-/// Bitmap of pages `[first, first + n)` of a superpage.
-#[must_use]
-pub fn page_bits(first: usize, n: usize) -> [u64; 8] {
-    let mut bits = [0u64; 8];
-    for p in first..(first + n).min(SUBPAGES) {
-        bits[p / 64] |= 1 << (p % 64);
-    }
-    bits
-}
+pub use crate::units::page_bits;
 
 impl MoveMarks {
     /// Pages of superpage `sp` that moving in `dir` at `epoch` would move back within

@@ -22,7 +22,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::units::{Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE};
+use crate::units::{
+    Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, both, count_within,
+};
 use crate::validate::{ConfigError, check};
 
 /// Granularity tunables; the thresholds are Ryoo's typical values.
@@ -357,12 +359,12 @@ fn scan(
         if n == 0 {
             continue;
         }
-        let acc: [u64; 8] = std::array::from_fn(|i| t[i] & r.accessed[i]);
+        let acc = both(&t, &r.accessed);
         for (ci, chunk) in chunks.iter_mut().enumerate() {
-            let tier_pages = bits_in(&t, ci * mp, mp);
+            let tier_pages = count_within(&t, ci * mp, mp);
             *chunk = (
                 tier_pages > 0,
-                r.estimate(bits_in(&acc, ci * mp, mp), tier_pages),
+                r.estimate(count_within(&acc, ci * mp, mp), tier_pages),
             );
         }
         visit(
@@ -376,13 +378,6 @@ fn scan(
         }
     }
     last
-}
-
-/// Set bits of `bits` in `[from, from + len)`.
-fn bits_in(bits: &[u64; 8], from: usize, len: usize) -> u32 {
-    (from..from + len)
-        .filter(|&i| bits[i / 64] & (1u64 << (i % 64)) != 0)
-        .count() as u32
 }
 
 #[cfg(test)]

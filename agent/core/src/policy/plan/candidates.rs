@@ -7,12 +7,14 @@ use crate::{
     policy::{
         CapacityView, PlacementView, PolicyConfig,
         benefit::CostModel,
-        capacity::page_bits,
         granularity::{LASTING_INTERVALS, ScanRegion},
         rw::{self, WritePrediction},
         splits_huge,
     },
-    units::{Direction, Granularity, PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, superpage_base},
+    units::{
+        Direction, Granularity, PAGE_SIZE, PageMask, SUBPAGES, SUPERPAGE_SIZE, Tier, both,
+        count_pages, count_within, page_bits, set_pages, superpage_base,
+    },
 };
 
 /// Slow data worth promoting: a whole superpage, a medium chunk or one hot page.
@@ -46,6 +48,8 @@ struct RegionCtx<'a> {
     traffic_per_count: f64,
     /// Accessed pages and their density estimate.
     region: &'a ScanRegion,
+    /// Its slow-resident pages.
+    slow: PageMask,
     /// Pages demoted within the hysteresis window.
     blocked: &'a [u64; 8],
     /// Samples a candidate needs (`benefit.min_samples`).
@@ -97,13 +101,9 @@ impl Planner {
             };
             let (r, w) = hot.counters(slot);
             let write_factor = hot.write_factor();
-            // Summed as integers: the same exact sum, but associative, so the compiler may
-            // vectorise it where a float sum must add in order (every page of every stage-2
-            // superpage passes here).
-            let stage2_total = r
-                .iter()
-                .zip(w)
-                .map(|(&r, &w)| u64::from(subpage::in_read_samples(r, w, write_factor)))
+            // Summed as integers over the pages with a count: the same exact sum as in floats.
+            let stage2_total = set_pages(region.accessed)
+                .map(|p| u64::from(subpage::in_read_samples(r[p], w[p], write_factor)))
                 .sum::<u64>() as f64;
             // Stage-1 accesses per stage-2 count: candidate traffic and tier traffic share a scale.
             let traffic_per_count = rec.map_or(0.0, |rec| {
@@ -118,6 +118,7 @@ impl Planner {
                 write_factor,
                 traffic_per_count,
                 region,
+                slow: region.residency.pages_in(Tier::Slow),
                 blocked: &blocked,
                 min_counts: f64::from(pc.benefit.min_samples),
                 class,
@@ -169,15 +170,13 @@ impl Planner {
         }
         let mp = g.medium.pages() as usize;
         for chunk in (0..SUBPAGES).step_by(mp) {
-            let observed = count_bits(&ctx.region.accessed, chunk, mp);
+            let observed = count_within(&ctx.region.accessed, chunk, mp);
             let acc = ctx.region.estimate(observed, mp as u32);
             if g.chunk_granularity(target, acc) == g.medium {
                 push(chunk, mp, g.medium);
             } else {
-                for p in chunk..chunk + mp {
-                    if ctx.region.accessed[p / 64] & (1 << (p % 64)) != 0 {
-                        push(p, 1, Granularity::KIB_4);
-                    }
+                for p in set_pages(both(&ctx.region.accessed, &page_bits(chunk, mp))) {
+                    push(p, 1, Granularity::KIB_4);
                 }
             }
         }
@@ -212,27 +211,25 @@ impl Planner {
         pages: usize,
         gran: Granularity,
     ) -> Option<Candidate> {
-        let (mut reads, mut writes, mut counts, mut traffic, mut need) = (0.0, 0.0, 0.0, 0.0, 0u64);
-        for p in start_page..start_page + pages {
-            if ctx.region.residency.tier(p) == Some(Tier::Slow) {
-                let (cr, cw) = (
-                    f64::from(subpage::value(ctx.r[p])),
-                    f64::from(subpage::value(ctx.w[p])),
-                );
-                reads += cr * ctx.per_read;
-                writes += cw * ctx.per_write;
-                counts += cr + cw;
-                traffic += cr + cw * ctx.write_factor;
-                need += PAGE_SIZE;
-            }
-        }
-        if need == 0 {
-            return None;
-        }
-        // Pages demoted within the hysteresis window stay where they are.
         let range = page_bits(start_page, pages);
-        if range.iter().zip(ctx.blocked).any(|(a, b)| a & b != 0) {
+        let slow = both(&range, &ctx.slow);
+        let need = u64::from(count_pages(&slow)) * PAGE_SIZE;
+        // Pages demoted within the hysteresis window stay where they are.
+        if need == 0 || both(&range, ctx.blocked) != [0; 8] {
             return None;
+        }
+        // Pages without a count add nothing: the sums are the same over the counted ones, in
+        // the same order.
+        let (mut reads, mut writes, mut counts, mut traffic) = (0.0, 0.0, 0.0, 0.0);
+        for p in set_pages(both(&slow, &ctx.region.accessed)) {
+            let (cr, cw) = (
+                f64::from(subpage::value(ctx.r[p])),
+                f64::from(subpage::value(ctx.w[p])),
+            );
+            reads += cr * ctx.per_read;
+            writes += cw * ctx.per_write;
+            counts += cr + cw;
+            traffic += cr + cw * ctx.write_factor;
         }
         let benefit = costs.eq1(reads, writes, need);
         (counts >= ctx.min_counts && benefit > self.threshold.for_bytes(need)).then(|| Candidate {
@@ -270,12 +267,7 @@ fn scan_region(
     bars: RegionBars,
 ) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
-    let mut accessed = [0u64; 8];
-    for i in 0..SUBPAGES {
-        if r[i] | w[i] != 0 {
-            accessed[i / 64] |= 1 << (i % 64);
-        }
-    }
+    let mut accessed = hot.counted_pages(slot);
     let residency = view.residency(superpage_base(sp));
     let sampled = hot.sampled(slot);
     let huge = splits_huge(view, superpage_base(sp), &residency);
@@ -295,70 +287,16 @@ fn scan_region(
         hot: rec.is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
         fits_fast: rec.is_some_and(|rec| hot.accesses(rec) >= bars.fits_fast),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
-        page_at_floor: (0..SUBPAGES).any(|p| {
-            residency.tier(p) == Some(Tier::Slow)
-                && subpage::value(r[p]) + subpage::value(w[p]) >= bars.min_samples
-        }),
+        page_at_floor: {
+            let slow = residency.pages_in(Tier::Slow);
+            if bars.min_samples == 0 {
+                slow != [0; 8]
+            } else {
+                set_pages(both(&slow, &accessed)).any(|p| {
+                    subpage::value(r[p]).saturating_add(subpage::value(w[p])) >= bars.min_samples
+                })
+            }
+        },
     };
     (region, huge)
-}
-
-/// Set bits of `mask` (a bit per page of a superpage) among pages `first..first + n`.
-fn count_bits(mask: &[u64; 8], first: usize, n: usize) -> u32 {
-    debug_assert!(
-        first + n <= SUBPAGES,
-        "pages {first}..{} of a superpage",
-        first + n
-    );
-    let mut count = 0;
-    let mut p = first;
-    while p < first + n {
-        let (word, bit) = (p / 64, p % 64);
-        let span = (64 - bit).min(first + n - p);
-        let ones = if span == 64 {
-            u64::MAX
-        } else {
-            (1u64 << span) - 1
-        };
-        count += ((mask[word] >> bit) & ones).count_ones();
-        p += span;
-    }
-    count
-}
-
-#[cfg(test)]
-mod tests {
-    use super::count_bits;
-
-    #[test]
-    fn count_bits_counts_the_range_only_across_word_boundaries() {
-        let mask = [
-            0xF0F0_0000_0000_000F,
-            u64::MAX,
-            0,
-            1,
-            1 << 63,
-            0xAAAA_AAAA_AAAA_AAAA,
-            0,
-            u64::MAX,
-        ];
-        let naive = |first: usize, n: usize| {
-            (first..first + n)
-                .filter(|&p| mask[p / 64] & (1 << (p % 64)) != 0)
-                .count() as u32
-        };
-        for (first, n) in [
-            (0, 512),
-            (0, 16),
-            (48, 16),
-            (60, 8),
-            (56, 80),
-            (255, 2),
-            (320, 64),
-            (1, 510),
-            (511, 1),
-        ] {
-            assert_eq!(count_bits(&mask, first, n), naive(first, n), "{first}+{n}");
-        }
-    }
 }

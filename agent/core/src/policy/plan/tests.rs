@@ -2,14 +2,10 @@ use super::{
     candidates::Candidate,
     learn::snapshot_covers,
     select::{Riders, riders},
-    victims::{Victim, granules, runs},
+    victims::{Victim, granules},
     *,
 };
-use crate::{
-    engine::EngineConfig,
-    policy::rw::WritePrediction,
-    units::{Residency, SUPERPAGE_SIZE, Tier},
-};
+use crate::{engine::EngineConfig, policy::rw::WritePrediction, units::SUPERPAGE_SIZE};
 
 fn mv(start: u64, len: u64, gran: Granularity, reason: MoveReason) -> PlannedMove {
     PlannedMove {
@@ -122,17 +118,6 @@ fn a_long_cold_run_gives_up_only_what_a_candidate_needs() {
         ..v
     };
     assert_eq!(whole.take(PAGE_SIZE).0.len, SUPERPAGE_SIZE);
-}
-
-#[test]
-fn runs_split_on_tier_and_predicate() {
-    let mut r = Residency::all(Tier::Slow);
-    for p in [0, 1, 2, 5, 6, 511] {
-        r.set(p, Some(Tier::Fast));
-    }
-    let mut got = Vec::new();
-    runs(&r, |p| p != 1, |s, n| got.push((s, n)));
-    assert_eq!(got, vec![(0, 1), (2, 1), (5, 2), (511, 1)]);
 }
 
 #[test]

@@ -17,10 +17,10 @@ use crate::{
         subpage,
         superpage::{NO_SLOT, SuperpageRecord},
     },
-    policy::{PlacementView, benefit::CostModel, capacity::page_bits, splits_huge},
+    policy::{PlacementView, benefit::CostModel, splits_huge},
     units::{
-        Direction, Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier,
-        subpage_index, superpage_base, superpage_of,
+        Direction, Granularity, PAGE_SIZE, PageMask, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier,
+        both, except, page_bits, page_runs, set_pages, subpage_index, superpage_base, superpage_of,
     },
 };
 
@@ -116,8 +116,9 @@ struct SuperpageVictims<'a> {
 }
 
 impl SuperpageVictims<'_> {
-    fn settled(&self, p: usize) -> bool {
-        self.recent[p / 64] & (1 << (p % 64)) == 0
+    /// Its fast pages not promoted within the hysteresis window.
+    fn settled_fast(&self) -> PageMask {
+        except(&self.residency.pages_in(Tier::Fast), &self.recent)
     }
 
     fn whole_fast_and_settled(&self) -> bool {
@@ -259,10 +260,13 @@ impl Planner {
     ) -> f64 {
         let (r, w) = hot.counters(sv.rec.slot);
         let factor = sv.units.write_factor();
-        // A run's read, write and read-sample counts, summed as integers and scaled once: this
-        // is the planner's hottest loop (every page of every stage-2 superpage with fast data).
+        let counted = hot.counted_pages(sv.rec.slot);
+        // A run's read, write and read-sample counts, summed as integers and scaled once, over
+        // its pages with a count: this is the planner's hottest loop (every stage-2 superpage
+        // with fast data).
         let counts = |first: usize, n: usize| {
-            (first..first + n).fold((0u64, 0u64, 0u64), |(cr, cw, cs), p| {
+            let pages = set_pages(both(&counted, &page_bits(first, n)));
+            pages.fold((0u64, 0u64, 0u64), |(cr, cw, cs), p| {
                 (
                     cr + u64::from(subpage::value(r[p])),
                     cw + u64::from(subpage::value(w[p])),
@@ -284,7 +288,6 @@ impl Planner {
         // Worked out once: the runs below ask up to twice per page, and only of fast pages.
         let threshold = self.cfg.benefit.threshold_ns;
         let hot_pages = hot_fast_pages(costs, threshold, sv, (r, w), k2);
-        let is_hot = |p: usize| hot_pages[p / 64] & (1 << (p % 64)) != 0;
         let sum = |first: usize, n: usize| scaled(counts(first, n));
         let (reads, writes, traffic) = scaled(all);
         // Every page is fast here, so "no fast page hot" is "no page hot".
@@ -293,16 +296,18 @@ impl Planner {
             return reads + writes;
         }
         let push_runs = |hot_runs: bool, out: &mut Vec<Victim>| {
-            runs(
-                &sv.residency,
-                |p| sv.settled(p) && is_hot(p) == hot_runs,
-                |first, n| {
-                    for (first, n, gran) in granules(first, n, sv.granule) {
-                        let (reads, writes, traffic) = sum(first, n);
-                        out.push(sv.run(first, n, gran, reads, writes, traffic));
-                    }
-                },
-            );
+            let settled = sv.settled_fast();
+            let pages = if hot_runs {
+                both(&settled, &hot_pages)
+            } else {
+                except(&settled, &hot_pages)
+            };
+            page_runs(&pages, |first, n| {
+                for (first, n, gran) in granules(first, n, sv.granule) {
+                    let (reads, writes, traffic) = sum(first, n);
+                    out.push(sv.run(first, n, gran, reads, writes, traffic));
+                }
+            });
         };
         if !sv.blind {
             push_runs(false, victims);
@@ -391,16 +396,12 @@ fn stage1_victims(sv: &SuperpageVictims<'_>, k1: f64, victims: &mut Vec<Victim>)
     if sv.whole_fast_and_settled() {
         victims.push(sv.whole(reads, writes, traffic));
     } else {
-        runs(
-            &sv.residency,
-            |p| sv.settled(p),
-            |first, n| {
-                for (first, n, gran) in granules(first, n, sv.granule) {
-                    let (reads, writes, traffic, first, n) = victim(first, n);
-                    victims.push(sv.run(first, n, gran, reads, writes, traffic));
-                }
-            },
-        );
+        page_runs(&sv.settled_fast(), |first, n| {
+            for (first, n, gran) in granules(first, n, sv.granule) {
+                let (reads, writes, traffic, first, n) = victim(first, n);
+                victims.push(sv.run(first, n, gran, reads, writes, traffic));
+            }
+        });
     }
     reads + writes
 }
@@ -421,16 +422,16 @@ fn fast_fraction(hot: &HotnessView<'_>, slot: u32, res: &Residency) -> f64 {
     }
     let (r, w) = hot.counters(slot);
     let factor = hot.write_factor();
-    let (mut fast, mut all) = (0.0, 0.0);
-    for p in 0..SUBPAGES {
-        let c = f64::from(subpage::in_read_samples(r[p], w[p], factor));
+    // Integer sums over the pages with a count: the same as summing every page's count in
+    // floats (each partial sum is exact).
+    let (mut fast, mut all) = (0u64, 0u64);
+    for p in set_pages(hot.counted_pages(slot)) {
+        let c = u64::from(subpage::in_read_samples(r[p], w[p], factor));
         all += c;
-        if res.tier(p) == Some(Tier::Fast) {
-            fast += c;
-        }
+        fast += c * ((res.fast[p / 64] >> (p % 64)) & 1);
     }
-    if all > 0.0 {
-        fast / all
+    if all > 0 {
+        fast as f64 / all as f64
     } else {
         f64::from(res.fast_pages()) / SUBPAGES as f64
     }
@@ -485,20 +486,4 @@ fn hot_fast_pages(
         }
     }
     hot
-}
-
-/// Calls `f(first, n)` for each maximal run of fast-resident pages for which `keep` holds.
-pub(super) fn runs(res: &Residency, keep: impl Fn(usize) -> bool, mut f: impl FnMut(usize, usize)) {
-    let mut start = None;
-    for p in 0..=SUBPAGES {
-        let inside = p < SUBPAGES && res.tier(p) == Some(Tier::Fast) && keep(p);
-        match (inside, start) {
-            (true, None) => start = Some(p),
-            (false, Some(s)) => {
-                f(s, p - s);
-                start = None;
-            }
-            _ => {}
-        }
-    }
 }
