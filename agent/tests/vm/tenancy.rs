@@ -45,13 +45,31 @@ impl Drop for Cgroup {
     }
 }
 
-/// Bytes of process `pid` on `node`, over all its mappings (numa_maps).
-fn bytes_on(pid: u32, node: u32) -> u64 {
+/// Bytes of process `pid` on `node`, over all its mappings (numa_maps), and where they lie:
+/// one line per mapping that has any (its start, policy, file or kind, and bytes).
+fn bytes_on(pid: u32, node: u32) -> (u64, String) {
     let target = memtide_host::targets::Target::open(pid).expect("open the workload");
     let maps = target.numa_maps().expect("numa_maps");
-    maps.iter()
-        .map(|m| m.nodes.get(&node).copied().unwrap_or(0) * PAGE)
-        .sum()
+    let mut lines = String::new();
+    let mut total = 0;
+    for m in &maps {
+        let bytes = m.nodes.get(&node).copied().unwrap_or(0) * PAGE;
+        if bytes > 0 {
+            let what = m.file.clone().unwrap_or_else(|| {
+                (if m.heap {
+                    "heap"
+                } else if m.stack {
+                    "stack"
+                } else {
+                    "anon"
+                })
+                .to_owned()
+            });
+            lines += &format!("  {:#x} {} {what}: {bytes} bytes\n", m.start, m.policy);
+        }
+        total += bytes;
+    }
+    (total, lines)
 }
 
 #[test]
@@ -82,10 +100,15 @@ fn a_limited_tenant_stays_within_its_share_and_the_other_gets_the_rest() {
     let started = Instant::now();
     let hot = format!("0 {HOT}");
     let (mut a_peak, mut a_fast, mut b_hot_fast, mut epochs) = (0, 0, 0.0, 0);
+    // Where A's fast bytes lay when they peaked: a failure names the mappings.
+    let mut a_peak_maps = String::new();
     while epochs < EPOCH_BOUND {
         std::thread::sleep(Duration::from_secs(1));
-        a_fast = bytes_on(a.pid, FAST);
-        a_peak = a_peak.max(a_fast);
+        let maps;
+        (a_fast, maps) = bytes_on(a.pid, FAST);
+        if a_fast > a_peak {
+            (a_peak, a_peak_maps) = (a_fast, maps);
+        }
         b_hot_fast = share(&pages_on(&mut b, &hot), FAST, HOT);
         epochs = [a.pid, b.pid]
             .into_iter()
@@ -109,6 +132,7 @@ fn a_limited_tenant_stays_within_its_share_and_the_other_gets_the_rest() {
             started.elapsed()
         );
     }
+    eprintln!("tenancy: A's peak on node 0, {a_peak} bytes, in:\n{a_peak_maps}");
     let row = tiering::target_status(agent.port, a.pid).expect("A's status row");
     let metrics = support::http_get(agent.port, "/metrics")
         .expect("/metrics")
@@ -132,7 +156,7 @@ fn a_limited_tenant_stays_within_its_share_and_the_other_gets_the_rest() {
         .collect();
     assert!(
         a_peak <= LIMIT,
-        "tenant A held {a_peak} bytes of the fast tier, above its 32 MiB limit; its plans:\n{a_plans}"
+        "tenant A held {a_peak} bytes of the fast tier, above its 32 MiB limit, in:\n{a_peak_maps}its plans:\n{a_plans}"
     );
     assert!(
         a_fast >= LIMIT / 2,
