@@ -130,12 +130,12 @@ impl Residency {
 
     #[must_use]
     pub fn fast_pages(&self) -> u32 {
-        self.fast.iter().map(|w| w.count_ones()).sum()
+        count_pages(&self.fast)
     }
 
     #[must_use]
     pub fn slow_pages(&self) -> u32 {
-        self.slow.iter().map(|w| w.count_ones()).sum()
+        count_pages(&self.slow)
     }
 
     /// The pages for which [`Self::tier`] answers `tier` (a page in both bitmaps reads fast).

@@ -129,8 +129,6 @@ pub struct MoveMarks {
     window: u64,
 }
 
-pub use crate::units::page_bits;
-
 impl MoveMarks {
     /// Pages of superpage `sp` that moving in `dir` at `epoch` would move back within
     /// `window` epochs of their last move the other way (all zero when none).
@@ -209,6 +207,7 @@ impl MoveMarks {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::page_bits;
 
     fn cap(total: u64, free: u64) -> CapacityView {
         CapacityView {

@@ -26,7 +26,9 @@ use std::{
 use serde::Serialize;
 
 use memtide_core::policy::{CapacityView, PlacementView};
-use memtide_core::units::{PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier, page_runs};
+use memtide_core::units::{
+    PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier, count_pages, page_runs,
+};
 
 mod preset;
 pub use preset::{Preset, PresetName};
@@ -75,7 +77,7 @@ impl Superpage {
 
     #[must_use]
     pub fn fast_pages(&self) -> u32 {
-        self.fast.iter().map(|w| w.count_ones()).sum()
+        count_pages(&self.fast)
     }
 }
 

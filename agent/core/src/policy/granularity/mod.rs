@@ -23,7 +23,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::units::{
-    Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, both, count_within,
+    Granularity, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, both, count_pages, count_within,
 };
 use crate::validate::{ConfigError, check};
 
@@ -355,7 +355,7 @@ fn scan(
     let mut last = cursor;
     for r in regions[start..].iter().chain(&regions[..start]) {
         let t = tier(r);
-        let n: u32 = t.iter().map(|w| w.count_ones()).sum();
+        let n = count_pages(&t);
         if n == 0 {
             continue;
         }
@@ -367,10 +367,7 @@ fn scan(
                 r.estimate(count_within(&acc, ci * mp, mp), tier_pages),
             );
         }
-        visit(
-            r.estimate(acc.iter().map(|w| w.count_ones()).sum(), n),
-            &chunks,
-        );
+        visit(r.estimate(count_pages(&acc), n), &chunks);
         seen += n;
         last = r.sp;
         if seen >= cfg.scan_pages {

@@ -51,7 +51,7 @@ struct RegionCtx<'a> {
     /// Its slow-resident pages.
     slow: PageMask,
     /// Pages demoted within the hysteresis window.
-    blocked: &'a [u64; 8],
+    blocked: &'a PageMask,
     /// Samples a candidate needs (`benefit.min_samples`).
     min_counts: f64,
     class: WritePrediction,
@@ -151,7 +151,7 @@ impl Planner {
         out: &mut Vec<Candidate>,
     ) {
         let g = &pc.granularity;
-        if ctx.region.residency.slow_pages() == 0 {
+        if ctx.slow == [0; 8] {
             return;
         }
         let first = out.len();

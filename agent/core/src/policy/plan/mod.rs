@@ -30,15 +30,15 @@ use self::select::{Accepted, Chosen, Selection};
 use super::{
     CapacityView, PlacementView, PolicyConfig, bandwidth,
     benefit::{CostModel, Threshold},
-    capacity::{MoveMarks, page_bits},
+    capacity::MoveMarks,
     epoch::{EpochChange, EpochController},
     granularity::GranularityState,
 };
 use crate::{
     engine::{HotnessView, subpage, superpage::NO_SLOT},
     units::{
-        Direction, Granularity, PAGE_SHIFT, PAGE_SIZE, SUBPAGES, subpage_index, superpage_base,
-        superpage_of,
+        Direction, Granularity, PAGE_SHIFT, PAGE_SIZE, SUBPAGES, page_bits, subpage_index,
+        superpage_base, superpage_of,
     },
 };
 

@@ -104,7 +104,7 @@ struct SuperpageVictims<'a> {
     /// What a sample stands for.
     units: Units,
     /// Pages promoted within the hysteresis window (not victims).
-    recent: [u64; 8],
+    recent: PageMask,
     read_dominant: bool,
     /// The coarsest granule a cold run is cut into.
     granule: Granularity,
@@ -467,23 +467,18 @@ fn hot_fast_pages(
     sv: &SuperpageVictims<'_>,
     (r, w): (&[u32], &[u32]),
     k2: f64,
-) -> [u64; 8] {
+) -> PageMask {
     let uncounted_is_hot = costs.eq1(0.0, 0.0, PAGE_SIZE) > threshold;
     let mut hot = [0u64; 8];
-    for (word, &fast) in sv.residency.fast.iter().enumerate() {
-        let mut left = fast;
-        while left != 0 {
-            let p = word * 64 + left.trailing_zeros() as usize;
-            left &= left - 1;
-            let passes = if r[p] | w[p] == 0 {
-                uncounted_is_hot
-            } else {
-                let reads = f64::from(subpage::value(r[p])) * k2 * sv.units.read;
-                let writes = f64::from(subpage::value(w[p])) * k2 * sv.units.write;
-                costs.eq1(reads, writes, PAGE_SIZE) > threshold
-            };
-            hot[word] |= u64::from(passes) << (p % 64);
-        }
+    for p in set_pages(sv.residency.fast) {
+        let passes = if r[p] | w[p] == 0 {
+            uncounted_is_hot
+        } else {
+            let reads = f64::from(subpage::value(r[p])) * k2 * sv.units.read;
+            let writes = f64::from(subpage::value(w[p])) * k2 * sv.units.write;
+            costs.eq1(reads, writes, PAGE_SIZE) > threshold
+        };
+        hot[p / 64] |= u64::from(passes) << (p % 64);
     }
     hot
 }
