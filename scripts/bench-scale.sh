@@ -34,8 +34,12 @@
 # Environment: PAGES (16384) and ROUNDS_PER_SECOND (8) set the fault rate; SIZES ("1G 64G 1T"),
 # LAYOUTS ("spread runs"; CLUSTER=32 pages per run) and COUNTS ("1 10 100 1000") the rows, an
 # empty one skipping its part; IDLE_PAGES (256) the idle targets' resident pages; SKIP_BUILD=1
-# uses the binaries already in target/release. It prints two markdown tables for
-# docs/benchmarks.md; the agents' logs stay in the directory it names.
+# uses the binaries already in target/release; EXTRA_CONFIG (TOML tables other than [sources]
+# and [targets], which the script writes; empty by default) is appended to every agent's
+# config, to compare a setting with the defaults in the same session
+# (EXTRA_CONFIG=$'[engine]\ninterval_ms = 20' runs the agents at a 20 ms counting interval).
+# It prints two markdown tables for docs/benchmarks.md; the agents' logs stay in the directory
+# it names.
 #
 # The sparse mapping needs vm.overcommit_memory 0 or 1 (the workload allocates it in 1 GiB
 # pieces, which the default heuristic accepts); under 2 (strict) only spans up to the commit
@@ -185,8 +189,8 @@ echo "bench-scale: $(nproc) CPUs, kernel $kernel, vm.overcommit_memory=$(cat /pr
 
 # 1. Target size at an equal fault rate.
 : >"$tmp/sizes.tsv"
-printf '# defaults\n' >"$tmp/defaults.toml"
-printf '[sources]\ncpu_budget_percent = %s\n' "$size_budget" >"$tmp/sizes.toml"
+printf '# defaults\n%s\n' "${EXTRA_CONFIG:-}" >"$tmp/defaults.toml"
+printf '[sources]\ncpu_budget_percent = %s\n%s\n' "$size_budget" "${EXTRA_CONFIG:-}" >"$tmp/sizes.toml"
 for layout in $layouts; do
     case $layout in
     spread) layout_args=() ;;
@@ -261,7 +265,7 @@ for count in $counts; do
     fi
     max=$((count > 64 ? count : 64))
     if [ "$max" -gt 64 ]; then
-        printf '[targets]\nmax_targets = %d\n' "$max" >"$tmp/targets-$count.toml"
+        printf '[targets]\nmax_targets = %d\n%s\n' "$max" "${EXTRA_CONFIG:-}" >"$tmp/targets-$count.toml"
     else
         cp "$tmp/defaults.toml" "$tmp/targets-$count.toml"
     fi

@@ -28,6 +28,21 @@ impl Engine {
         self.next_close = Some(next + interval * steps);
     }
 
+    /// Cooling periods that end within the next `steps` intervals: periods are whole
+    /// multiples of [`EngineConfig::intervals_per_cooling`] counted from the first interval.
+    ///
+    /// [`EngineConfig::intervals_per_cooling`]: super::EngineConfig::intervals_per_cooling
+    fn cooling_periods_ended(&self, steps: u32) -> u32 {
+        let k = self.cfg.intervals_per_cooling();
+        let ended = (self.intervals + u64::from(steps)) / k - self.intervals / k;
+        u32::try_from(ended).unwrap_or(u32::MAX)
+    }
+
+    /// The cooling period the last closed interval belongs to (stage 2 cools once in each).
+    pub(super) fn cooling_period_index(&self) -> u64 {
+        self.intervals / self.cfg.intervals_per_cooling()
+    }
+
     /// The 16-bit stamp of the last closed interval, as records keep it in `last_touch`.
     pub(super) fn last_closed_stamp(&self) -> u16 {
         (self.intervals.wrapping_sub(1) & 0xFFFF) as u16
@@ -51,15 +66,17 @@ impl Engine {
 
     fn close_intervals(&mut self, steps: u32) {
         let stamp = (self.intervals & 0xFFFF) as u16;
+        let periods = self.cooling_periods_ended(steps);
         self.intervals += u64::from(steps);
         self.update_units();
         // Cooling forgets evidence, so it waits until the hottest superpage holds enough of it
         // to act on after cooling: at a PMU's sparse sampling (a sample per superpage every few
         // seconds) halving every interval would forget each sample before the next arrived,
-        // and no superpage would ever look hot. With dense samples it cools at every close.
+        // and no superpage would ever look hot. With dense samples it cools once per
+        // `cooling_ms`.
         let gate = self.cfg.cooling_gate(self.cfg.cooling_shift);
-        let cooling = if self.cover_hist.max() >= gate {
-            self.cfg.cooling_shift
+        let cooling = if periods > 0 && self.cover_hist.max() >= gate {
+            self.cfg.cooling_shift.saturating_mul(periods)
         } else {
             0
         };

@@ -16,13 +16,19 @@ pub struct EngineConfig {
     /// the intervals closed before it, and reuse gaps count whole intervals, so no epoch acts
     /// on fresher data, or follows shorter reuse, than one interval.
     pub interval_ms: u64,
+    /// How often the counts cool, ms: stage 1 at the interval close that ends each period
+    /// (rounded to whole intervals, at least one), stage 2 after the first plan that follows
+    /// it. The engine's memory, apart from how fresh a plan's data is (`interval_ms`): a
+    /// shorter interval with the same `cooling_ms` gives plans fresher data without forgetting
+    /// faster. Default 20 (at every close of the default interval).
+    pub cooling_ms: u64,
     /// Weight of a write relative to a read in the stage-1 ranking (Memos' 2). Default 2.
     pub write_weight: u32,
-    /// Stage-1 cooling: counters are shifted right by this many bits at each interval close
+    /// Stage-1 cooling: counters are shifted right by this many bits once per `cooling_ms`
     /// (1 = halve; 16 or more = reset, Rainbow's per-interval counts). Default 1.
     pub cooling_shift: u32,
     /// Stage-2 cooling, applied after a plan has read the epoch's counts, at most once per
-    /// counting interval (plans closer together than the interval share one). Default 1.
+    /// `cooling_ms` (plans closer together than that share one). Default 1.
     pub stage2_cooling_shift: u32,
     /// Cooling leaves the hottest superpage (stage 1) or page (stage 2) at least this many
     /// samples, the evidence a promotion needs (`[engine.policy.benefit] min_samples`): it
@@ -61,6 +67,7 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             interval_ms: 20,
+            cooling_ms: 20,
             write_weight: 2,
             cooling_shift: 1,
             stage2_cooling_shift: 1,
@@ -83,6 +90,12 @@ impl EngineConfig {
             self.interval_ms > 0,
             "interval_ms",
             self.interval_ms,
+            "must be > 0",
+        )?;
+        check(
+            self.cooling_ms > 0,
+            "cooling_ms",
+            self.cooling_ms,
             "must be > 0",
         )?;
         check(
@@ -139,10 +152,31 @@ impl EngineConfig {
         Duration::from_millis(self.interval_ms)
     }
 
-    /// Converts a cooled stage-1 count into accesses per interval (steady state of
-    /// `x = x >> s + a` is `x = a / (1 − 2^−s)`).
+    /// Counting intervals per cooling: `cooling_ms` in whole intervals, at least one.
+    #[must_use]
+    pub fn intervals_per_cooling(&self) -> u64 {
+        let interval = self.interval_ms.max(1);
+        ((self.cooling_ms + interval / 2) / interval).max(1)
+    }
+
+    /// The time between two coolings: [`Self::intervals_per_cooling`] intervals.
+    #[must_use]
+    pub fn cooling_period(&self) -> Duration {
+        self.interval() * u32::try_from(self.intervals_per_cooling()).unwrap_or(u32::MAX)
+    }
+
+    /// Converts a cooled stage-1 count into accesses per interval, from the count's steady
+    /// state at a cooling close: with `a` accesses per interval and `k` intervals per cooling,
+    /// `x = (x + (k − 1) a) 2^−s + a`, so `x = a (1 + (k − 1) 2^−s) / (1 − 2^−s)` (for `k = 1`,
+    /// `a / (1 − 2^−s)`).
     pub fn stage1_per_interval(&self) -> f64 {
-        1.0 - 0.5f64.powi(self.cooling_shift.min(64) as i32)
+        let kept = if self.cooling_shift >= RESET_SHIFT {
+            0.0
+        } else {
+            0.5f64.powi(self.cooling_shift as i32)
+        };
+        let k = self.intervals_per_cooling() as f64;
+        (1.0 - kept) / (1.0 + (k - 1.0) * kept)
     }
 
     /// Converts a stage-2 count (cooled once per epoch) into accesses per epoch.

@@ -196,7 +196,7 @@ pub struct Engine {
     reuse: ReuseHistogram,
     /// Interval count at the reuse histogram's last halving.
     reuse_halved_at: u64,
-    /// The interval count at stage 2's last cooling.
+    /// The cooling period (`Engine::cooling_period_index`) of stage 2's last cooling.
     stage2_cooled_through: Option<u64>,
     /// Memos' RD/WD cut-off (`[engine.policy.rw] read_write_ratio`).
     read_write_ratio: u32,
@@ -390,7 +390,7 @@ impl Engine {
     /// Ends a migration epoch once the planner has read it: superpages in the hot set are
     /// remembered as last epoch's hot set, the epoch's uncooled counts restart, the reuse
     /// histogram halves (older epochs weigh less without being forgotten), stage 2 cools (at
-    /// most once per counting interval), and N (stage-2 superpages) follows `free_superpages`,
+    /// most once per cooling period), and N (stage-2 superpages) follows `free_superpages`,
     /// the fast tier's room in superpages, when `adapt_top_n` is on.
     pub fn end_epoch(&mut self, free_superpages: u64) {
         // Records keep their heat until the next close: the resets are exact done then.
@@ -404,17 +404,18 @@ impl Engine {
             self.reuse_halved_at = self.intervals;
         }
         // Like stage 1's, stage 2's cooling waits for evidence (see `close_intervals`), and at
-        // most once per counting interval: an epoch shorter than the interval cooled the page
+        // most once per cooling period: an epoch shorter than the period cooled the page
         // counts twice for each halving of stage 1's heat, so a promotion candidate (valued by
         // its pages) read half as hot as the victims it would displace (valued by their
         // superpage) and a 2 MiB swap never passed Eq. (2).
-        if self.stage2_cooled_through != Some(self.intervals)
+        let period = self.cooling_period_index();
+        if self.stage2_cooled_through != Some(period)
             && self
                 .stage2
                 .any_count_reaches(self.cfg.cooling_gate(self.cfg.stage2_cooling_shift))
         {
             self.stage2.cool_all(self.cfg.stage2_cooling_shift);
-            self.stage2_cooled_through = Some(self.intervals);
+            self.stage2_cooled_through = Some(period);
         }
         if self.cfg.adapt_top_n {
             let free = usize::try_from(free_superpages).unwrap_or(usize::MAX);

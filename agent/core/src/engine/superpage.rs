@@ -133,11 +133,12 @@ impl SuperpageRecord {
         self.epoch_w = 0;
     }
 
-    /// Closes `steps` intervals (the first with this record's counts, the rest empty).
+    /// Closes `steps` intervals (the first with this record's counts, the rest empty), cooling
+    /// the heat by `cooling` bits first (the shift times the cooling periods that ended).
     /// Returns the closing interval's domain and, for a touched record seen before, the reuse gap.
     pub(crate) fn close(
         &mut self,
-        shift: u32,
+        cooling: u32,
         steps: u32,
         interval: u16,
         (rw_ratio, write_factor): (u32, f64),
@@ -160,9 +161,8 @@ impl SuperpageRecord {
         let history =
             u32::from(domain::push_history(self.write_history, domain)) << (steps - 1).min(8);
         self.write_history = (history & 0xFF) as u8;
-        let total = shift.saturating_mul(steps);
-        self.heat_r = cool(self.heat_r, total).saturating_add(self.ivl_r);
-        self.heat_w = cool(self.heat_w, total).saturating_add(self.ivl_w);
+        self.heat_r = cool(self.heat_r, cooling).saturating_add(self.ivl_r);
+        self.heat_w = cool(self.heat_w, cooling).saturating_add(self.ivl_w);
         self.epoch_r = self.epoch_r.saturating_add(self.ivl_r);
         self.epoch_w = self.epoch_w.saturating_add(self.ivl_w);
         self.ivl_r = 0;
@@ -356,10 +356,10 @@ mod tests {
         r.ivl_r = 65_535;
         r.close(1, 1, 3, one);
         assert_eq!(r.heat_r, 16_384 + 65_535, "no 16-bit ceiling any more");
-        // Eight missed intervals at shift 1 divide by 2^8; 16 or more clear.
-        r.close(1, 8, 11, one);
+        // Eight missed cooling periods at shift 1 cool by 8 bits; 16 or more clear.
+        r.close(8, 8, 11, one);
         assert_eq!(r.heat_r, 81_919 >> 8);
-        r.close(1, 16, 27, one);
+        r.close(16, 16, 27, one);
         assert_eq!((r.heat_r, r.heat_w), (0, 0));
         // Saturating, never wrapping.
         r.ivl_r = u32::MAX;

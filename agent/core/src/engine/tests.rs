@@ -84,6 +84,76 @@ fn intervals_close_on_time_and_cool() {
 }
 
 #[test]
+fn heat_cools_once_per_cooling_period_whatever_the_interval() {
+    // 10 ms intervals, cooling every 20 ms: every close takes in counts, every other one cools.
+    let mut e = new_engine(EngineConfig {
+        interval_ms: 10,
+        cooling_ms: 20,
+        cool_after_samples: 0,
+        ..cfg()
+    });
+    assert_eq!(e.config().intervals_per_cooling(), 2);
+    assert_eq!(e.config().cooling_period(), 20 * MS);
+    e.observe_samples(&[Sample::load(0); 16], Duration::ZERO);
+    let mut heats = Vec::new();
+    for close in 1..=5u64 {
+        e.tick(ms(10 * close));
+        heats.push(record(&e, 0).heat_r);
+        e.observe_samples(&[Sample::load(0); 4], ms(10 * close + 1));
+    }
+    // Periods end at every second close: 16; halved and +4 = 12; +4 = 16; 12; 16.
+    assert_eq!(heats, [16, 12, 16, 12, 16]);
+    // A catch-up of six intervals (the open one and five empty) ends three periods: three
+    // halvings before the open interval's 4 are added.
+    e.tick(ms(110));
+    assert_eq!(e.stats().intervals, 11);
+    assert_eq!(record(&e, 0).heat_r, (16 >> 3) + 4);
+    // A period shorter than the interval, or not a whole number of intervals, rounds to whole
+    // intervals and never to none.
+    let rounds = |interval_ms, cooling_ms| {
+        EngineConfig {
+            interval_ms,
+            cooling_ms,
+            ..EngineConfig::default()
+        }
+        .intervals_per_cooling()
+    };
+    assert_eq!(
+        [rounds(50, 20), rounds(10, 25), rounds(10, 34), rounds(7, 1)],
+        [1, 3, 3, 1]
+    );
+}
+
+#[test]
+fn a_stage1_count_converts_to_accesses_per_interval_at_its_steady_state() {
+    // A superpage sampled `a` times in every interval settles, at a cooling close, at
+    // a (1 + (k − 1) 2^−s) / (1 − 2^−s): the conversion undoes exactly that.
+    for (interval_ms, cooling_ms, cooling_shift) in
+        [(50, 20, 1), (10, 20, 1), (10, 40, 1), (10, 20, 2)]
+    {
+        let config = EngineConfig {
+            interval_ms,
+            cooling_ms,
+            cooling_shift,
+            cool_after_samples: 0,
+            ..cfg()
+        };
+        let k = config.intervals_per_cooling();
+        let mut e = new_engine(config.clone());
+        let a = 64;
+        for close in 1..=40 * k {
+            e.observe_samples(&vec![Sample::load(0); a], ms(interval_ms * close - 1));
+            e.tick(ms(interval_ms * close));
+        }
+        let per_interval = f64::from(record(&e, 0).heat_r) * config.stage1_per_interval();
+        assert!(
+            (per_interval - a as f64).abs() <= 1.0,
+            "{interval_ms} ms intervals, cooling every {cooling_ms} ms by {cooling_shift}: {per_interval}"
+        );
+    }
+}
+
+#[test]
 fn sparse_samples_are_kept_until_one_superpage_holds_enough_to_act_on() {
     // One sample every fourth interval, as a PMU's long period gives a lightly used superpage;
     // its heat read after the close of each sample's interval.
@@ -142,7 +212,7 @@ fn stage2_keeps_sparse_page_counts_across_epochs_until_a_page_holds_enough() {
 }
 
 #[test]
-fn stage2_cools_at_most_once_per_counting_interval() {
+fn stage2_cools_at_most_once_per_cooling_period() {
     let mut e = new_engine(EngineConfig {
         cool_after_samples: 0,
         top_n: 1,
@@ -162,6 +232,26 @@ fn stage2_cools_at_most_once_per_counting_interval() {
     e.tick(100 * MS);
     e.end_epoch(0);
     assert_eq!(page_5(&e), 2);
+    // With 10 ms intervals cooling every 20 ms, plans after every close cool at every other.
+    let mut e = new_engine(EngineConfig {
+        interval_ms: 10,
+        cooling_ms: 20,
+        cool_after_samples: 0,
+        top_n: 1,
+        ..cfg()
+    });
+    e.observe_samples(&[Sample::load(0)], MS);
+    e.tick(10 * MS);
+    let slot = record(&e, 0).slot;
+    e.observe_samples(&[Sample::load(5 * PAGE_SIZE); 16], 11 * MS);
+    let page_5 = |e: &Engine| e.stage2.counters(slot).0[5];
+    let mut counts = Vec::new();
+    for close in 2..=5 {
+        e.tick(ms(10 * close));
+        e.end_epoch(0);
+        counts.push(page_5(&e));
+    }
+    assert_eq!(counts, [8, 8, 4, 4]);
 }
 
 #[test]

@@ -68,3 +68,14 @@ pub async fn run_sample_ring(
     drain(ring.get_mut(), &mut router);
     Ok(router)
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_drain_timer_is_the_default_counting_interval() {
+        assert_eq!(
+            super::DRAIN_INTERVAL,
+            memtide_core::engine::EngineConfig::default().interval()
+        );
+    }
+}

@@ -160,10 +160,10 @@ impl Retention {
 }
 
 /// Whether the cooled heat still holds data reused `reuse` apart: it halves (for a cooling
-/// shift of 1) every counting interval, so after three intervals a superpage keeps an eighth
-/// of its heat and drops out of the 70 % hot set.
+/// shift of 1) every cooling period, so after three periods a superpage keeps an eighth of its
+/// heat and drops out of the 70 % hot set.
 pub(super) fn snapshot_covers(cfg: &EngineConfig, reuse: Option<Duration>) -> bool {
-    let span = cfg.interval() * 3u32.div_ceil(cfg.cooling_shift.max(1));
+    let span = cfg.cooling_period() * 3u32.div_ceil(cfg.cooling_shift.max(1));
     reuse.is_none_or(|r| r <= span)
 }
 

@@ -35,6 +35,15 @@ fn a_heat_snapshot_judges_shifts_only_of_data_reused_within_it() {
     cfg.cooling_shift = 3;
     assert!(snapshot_covers(&cfg, Some(ms(50))));
     assert!(!snapshot_covers(&cfg, Some(ms(100))));
+    // The span counts cooling periods, not intervals: 10 ms intervals cooled every 20 ms hold
+    // three periods, 60 ms.
+    let cfg = EngineConfig {
+        interval_ms: 10,
+        cooling_ms: 20,
+        ..EngineConfig::default()
+    };
+    assert!(snapshot_covers(&cfg, Some(ms(60))));
+    assert!(!snapshot_covers(&cfg, Some(ms(70))));
 }
 
 #[test]
