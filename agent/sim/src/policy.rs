@@ -146,6 +146,23 @@ pub enum EngineVariant {
     FixedEpochMs(u64),
 }
 
+impl EngineVariant {
+    /// The policy's name in reports: `memtide`, `static-4k`, `epoch-100ms`.
+    #[must_use]
+    pub fn label(self) -> String {
+        match self {
+            Self::Adaptive => "memtide".to_owned(),
+            Self::StaticGranularity(g) => match g.bytes() {
+                4096 => "static-4k".to_owned(),
+                65536 => "static-64k".to_owned(),
+                b if b == 2 << 20 => "static-2m".to_owned(),
+                b => format!("static-{}k", b >> 10),
+            },
+            Self::FixedEpochMs(ms) => format!("epoch-{ms}ms"),
+        }
+    }
+}
+
 impl EnginePolicy {
     pub fn new(
         preset: &Preset,
@@ -159,28 +176,21 @@ impl EnginePolicy {
         mut cfg: TieringConfig,
         variant: EngineVariant,
     ) -> Result<Self, memtide_core::validate::ConfigError> {
-        let name = match variant {
-            EngineVariant::Adaptive => "memtide".to_owned(),
+        match variant {
+            EngineVariant::Adaptive => {}
             EngineVariant::StaticGranularity(g) => {
                 cfg.policy.granularity.initial = g;
                 cfg.policy.granularity.fixed = true;
-                match g.bytes() {
-                    4096 => "static-4k".to_owned(),
-                    65536 => "static-64k".to_owned(),
-                    b if b == 2 << 20 => "static-2m".to_owned(),
-                    b => format!("static-{}k", b >> 10),
-                }
             }
             EngineVariant::FixedEpochMs(ms) => {
                 cfg.policy.epoch.adaptive = false;
                 cfg.policy.epoch.initial_ms = ms;
                 cfg.policy.epoch.min_ms = cfg.policy.epoch.min_ms.min(ms);
                 cfg.policy.epoch.max_ms = cfg.policy.epoch.max_ms.max(ms);
-                format!("epoch-{ms}ms")
             }
-        };
+        }
         Ok(Self {
-            name,
+            name: variant.label(),
             tiering: Tiering::new(cfg)?,
             plans: 0,
             last_granularity: 0,

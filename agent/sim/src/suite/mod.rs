@@ -15,6 +15,7 @@ use std::{
 };
 
 use anyhow::Context as _;
+use memtide_core::units::Granularity;
 
 use self::report::Report;
 use super::{
@@ -23,7 +24,7 @@ use super::{
     hindsight::Hindsight,
     make_policy,
     model::PresetName,
-    policy::{EnginePolicy, EngineVariant, SimPolicy},
+    policy::{EnginePolicy, EngineVariant, SimPolicy, engine_config},
     run::{self, FastSize, Footprint, SimConfig, SimResult},
     sampler::SamplerName,
     trace::{FileTrace, TraceSpec},
@@ -71,6 +72,14 @@ pub(crate) const CADENCE_SECTIONS: TwoSizes = TwoSizes {
     small: "cadence-small",
     main: "cadence",
 };
+/// memtide at [`SHORT_INTERVAL_MS`] on the real programs.
+pub(crate) const INTERVAL_SECTIONS: TwoSizes = TwoSizes {
+    small: "interval-small",
+    main: "interval",
+};
+/// The counting interval the interval section tries against the default: the shortest epoch,
+/// so that every plan at it reads an interval of its own (cooling keeps its default period).
+pub const SHORT_INTERVAL_MS: u64 = 10;
 /// One sample per this many records in the PMU-period section: on the corpus's weight of 16 or
 /// 32 accesses per record, a sample stands for 16 Ki to 32 Ki accesses, inside the 10^4 to
 /// 10^6 of PEBS and IBS periods in production (the rest of the suite samples 1 in 4).
@@ -111,6 +120,8 @@ enum Choice {
     Period(PolicyName, SamplerName),
     /// Free hindsight re-placed once per this many ms.
     Cadence(u64),
+    /// memtide's engine (as the variant sets it up) counting in intervals of this many ms.
+    Interval(u64, EngineVariant),
 }
 
 /// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
@@ -127,6 +138,7 @@ impl Choice {
             Self::Sampled(s, draw) => format!("memtide/{}/{draw}", s.name()),
             Self::Period(p, s) => format!("{}/{}", p.name(), s.name()),
             Self::Cadence(ms) => format!("hindsight-every-{ms}ms"),
+            Self::Interval(ms, variant) => format!("interval-{ms}ms/{}", variant.label()),
         }
     }
 }
@@ -160,6 +172,16 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
         Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
         Choice::Sampled(..) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
         Choice::Cadence(ms) => Box::new(Hindsight::every(Duration::from_millis(ms))),
+        Choice::Interval(ms, variant) => {
+            let mut cfg = engine_config(&preset);
+            // Forgetting a superpage after as long as the default does.
+            let e = &mut cfg.engine;
+            e.retain_intervals =
+                u32::try_from(u64::from(e.retain_intervals) * e.interval_ms / ms.max(1))
+                    .unwrap_or(u32::MAX);
+            e.interval_ms = ms;
+            Box::new(EnginePolicy::configured(cfg, variant)?)
+        }
     })
 }
 
@@ -311,6 +333,40 @@ impl Matrix<'_> {
         jobs.extend(self.real_jobs(real));
         jobs.extend(self.period_jobs(real));
         jobs.extend(self.cadence_jobs(real));
+        jobs.extend(self.interval_jobs(real));
+        jobs
+    }
+
+    /// J: memtide counting in [`SHORT_INTERVAL_MS`] intervals on the real programs at both
+    /// fast-tier sizes, and on the two checks of the main matrix the interval moves: the
+    /// epoch sweep of `shrinking` and the granularity runs of `sparse-superpage`.
+    fn interval_jobs(&self, real: &[String]) -> Vec<Job> {
+        let short = |variant| Choice::Interval(SHORT_INTERVAL_MS, variant);
+        let mut jobs = Vec::new();
+        for t in real {
+            for (section, fast) in INTERVAL_SECTIONS.with_sizes(self.base.fast) {
+                let choice = short(EngineVariant::Adaptive);
+                jobs.push(self.job(section, t, choice, (PresetName::Pmem, fast)));
+            }
+        }
+        let pmem = (PresetName::Pmem, self.base.fast);
+        let epochs = EPOCHS_MS.iter().map(|&ms| EngineVariant::FixedEpochMs(ms));
+        for variant in epochs.chain([EngineVariant::Adaptive]) {
+            jobs.push(self.job("interval-epoch", "shrinking", short(variant), pmem));
+        }
+        let ryoo = (PresetName::Ryoo, self.base.fast);
+        for variant in [
+            EngineVariant::Adaptive,
+            EngineVariant::StaticGranularity(Granularity::MIB_2),
+        ] {
+            let job = self.job(
+                "interval-granularity",
+                "sparse-superpage",
+                short(variant),
+                ryoo,
+            );
+            jobs.push(job);
+        }
         jobs
     }
 

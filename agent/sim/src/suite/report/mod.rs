@@ -3,7 +3,8 @@
 //! The prose that does not depend on the runs lives beside this file (`intro.md`, `notes.md`);
 //! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
 //! tables and plots ([`tables`]), the real programs ([`real`]), what re-placing them more
-//! often could give ([`cadence`]) and the same at PMU-scale sampling periods ([`periods`]),
+//! often could give ([`cadence`]) or counting in shorter intervals ([`interval`]), and the
+//! same at PMU-scale sampling periods ([`periods`]),
 //! and the diagnosis of where memtide falls short
 //! ([`diagnostics`]).
 
@@ -11,6 +12,7 @@ mod cadence;
 mod calibration;
 mod checks;
 mod diagnostics;
+mod interval;
 mod periods;
 mod real;
 mod samplers;
@@ -86,6 +88,7 @@ impl Report<'_> {
         self.main_matrix(&mut o);
         self.real_programs(&mut o);
         self.cadence(&mut o);
+        self.interval(&mut o);
         self.granularity_tables(&mut o);
         self.epoch_sweep(&mut o, dir)?;
         self.bandwidth(&mut o, dir)?;
@@ -214,5 +217,55 @@ mod vm_comparison_tests {
             section.contains("## Real two-tier VM: memtide vs kernel tiering vs DAMON migrate_hot")
         );
         assert!(section.ends_with("| memtide | 99 % |\n"), "{section:?}");
+    }
+}
+
+/// A run of `policy` on `trace` for the report's tests: its relative (and projected) time,
+/// hit ratio and promoted MiB; the access time is what the hits leave of it.
+#[cfg(test)]
+fn fake_run(
+    policy: PolicyName,
+    trace: &str,
+    relative: f64,
+    hit: f64,
+    promoted_mib: u64,
+) -> SimResult {
+    SimResult {
+        policy: policy.name().into(),
+        trace: trace.into(),
+        preset: "pmem",
+        records: 0,
+        memory_records: 0,
+        record_weight: 1,
+        mlp: 1,
+        footprint_bytes: 0,
+        fast_capacity_bytes: 0,
+        sampler: "ideal",
+        sample_rate: 4,
+        samples: 0,
+        store_period_ratio: None,
+        fast_hit_ratio: hit,
+        fast_write_ratio: 0.0,
+        migrated_bytes: 0,
+        migrated_bytes_by_granularity: crate::run::ByGranularity::default(),
+        promoted_bytes: promoted_mib << 20,
+        demoted_bytes: 0,
+        migrations: 0,
+        migrations_by_granularity: crate::run::ByGranularity::default(),
+        tlb_shootdowns: 0,
+        huge_page_splits: 0,
+        pingpong_pages: 0,
+        failed_promotions: 0,
+        huge_pages_kept: 0,
+        huge_pages_total: 0,
+        projected_time_s: relative,
+        all_fast_time_s: 1.0,
+        relative_time: relative,
+        access_time_s: relative - hit / 10.0,
+        migration_time_s: hit / 10.0,
+        simulated_clock_s: 0.0,
+        timeline: Vec::new(),
+        skipped_lines: 0,
+        policy_info: serde_json::Value::Null,
     }
 }

@@ -317,60 +317,13 @@ fn best_of<'a>(
 mod tests {
     use std::collections::BTreeMap;
 
+    use super::super::fake_run as run;
     use super::{PolicyName, Report};
     use crate::{
         model::PresetName,
-        run::{ByGranularity, SimConfig, SimResult},
+        run::{SimConfig, SimResult},
         suite::{Results, SuiteArgs},
     };
-
-    /// A run of `policy` on `trace` with the figures `static_lead` reads.
-    fn run(
-        policy: PolicyName,
-        trace: &str,
-        relative: f64,
-        hit: f64,
-        promoted_mib: u64,
-    ) -> SimResult {
-        SimResult {
-            policy: policy.name().into(),
-            trace: trace.into(),
-            preset: "pmem",
-            records: 0,
-            memory_records: 0,
-            record_weight: 1,
-            mlp: 1,
-            footprint_bytes: 0,
-            fast_capacity_bytes: 0,
-            sampler: "ideal",
-            sample_rate: 4,
-            samples: 0,
-            store_period_ratio: None,
-            fast_hit_ratio: hit,
-            fast_write_ratio: 0.0,
-            migrated_bytes: 0,
-            migrated_bytes_by_granularity: ByGranularity::default(),
-            promoted_bytes: promoted_mib << 20,
-            demoted_bytes: 0,
-            migrations: 0,
-            migrations_by_granularity: ByGranularity::default(),
-            tlb_shootdowns: 0,
-            huge_page_splits: 0,
-            pingpong_pages: 0,
-            failed_promotions: 0,
-            huge_pages_kept: 0,
-            huge_pages_total: 0,
-            projected_time_s: relative,
-            all_fast_time_s: 1.0,
-            relative_time: relative,
-            access_time_s: relative - hit / 10.0,
-            migration_time_s: hit / 10.0,
-            simulated_clock_s: 0.0,
-            timeline: Vec::new(),
-            skipped_lines: 0,
-            policy_info: serde_json::Value::Null,
-        }
-    }
 
     fn lead_text(best_static: PolicyName, shrinking: bool) -> String {
         let mut results = Results::new();
