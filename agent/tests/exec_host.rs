@@ -9,7 +9,7 @@ use memtide_core::units::Direction;
 use memtide_host::{
     exec::{
         AbortReason, Backend, ExecConfig, ExecError, Executor, HugeRange, KernelBackend,
-        MoveRequest, thp::SplitOutcome,
+        MoveRequest, pages_on_destination, thp::SplitOutcome,
     },
     sys::mempolicy::{self, PageStatus, Pid},
     sysfs::HostRoot,
@@ -95,6 +95,35 @@ fn query_reports_every_resident_page_on_its_node() {
     assert!(statuses.iter().all(|s| s.node().is_none()), "{statuses:?}");
     assert_eq!(statuses.len(), 256);
     assert_eq!(fresh.where_pages(0, 256), (Default::default(), 256));
+}
+
+#[test]
+fn pages_already_on_their_destination_are_counted_before_a_move() {
+    if support::skip_unless_root("pages_already_on_their_destination_are_counted_before_a_move") {
+        return;
+    }
+    let mut w = touched_workload();
+    let target = Target::open(w.pid).expect("open target");
+    let mut backend = KernelBackend::new(&target, HostRoot::default()).expect("backend");
+    // Where the workload's pages are, by its own reading: every page asked to its node
+    // counts, none asked to a node where it is not.
+    let (nodes, absent) = w.where_pages(0, PAGES);
+    assert_eq!(absent, 0);
+    let (&node, &pages) = nodes
+        .iter()
+        .max_by_key(|(_, pages)| **pages)
+        .expect("a node");
+    let request = |to_node| MoveRequest {
+        start: w.base,
+        len: PAGES * PAGE,
+        to_node,
+        granularity: PAGE,
+        direction: Direction::Demote,
+    };
+    let there = pages_on_destination(&mut backend, &[request(node)]).expect("query");
+    assert_eq!(there, pages, "{nodes:?}");
+    let elsewhere = pages_on_destination(&mut backend, &[request(missing_node())]).expect("query");
+    assert_eq!(elsewhere, 0);
 }
 
 #[test]

@@ -154,6 +154,12 @@ pub struct DirectionReport {
     pub pages_attempted: u64,
     /// 4 KiB pages on the destination afterwards (verified when `verify` is on).
     pub pages_moved: u64,
+    /// Of `pages_moved`, the pages that were on the destination before the call: move_pages
+    /// reports where a page is, so one the plan named but something else had already moved
+    /// counts as moved. Known only where the caller asked first
+    /// ([`super::pages_on_destination`]; the daemon does for a bounded target's demotions),
+    /// 0 elsewhere.
+    pub pages_already_placed: u64,
     /// `pages_moved` by the granularity (bytes) of the request each page belonged to.
     pub moved_by_granularity: BTreeMap<u64, u64>,
     /// 2 MiB chunks moved whole through their head page.
@@ -182,6 +188,12 @@ impl DirectionReport {
         *self.moved_by_granularity.entry(granularity).or_insert(0) += pages;
     }
 
+    /// Pages that changed tier: `pages_moved` less those that were there already.
+    #[must_use]
+    pub fn pages_relocated(&self) -> u64 {
+        self.pages_moved.saturating_sub(self.pages_already_placed)
+    }
+
     /// Total of per-page failures.
     #[must_use]
     pub fn failed_pages(&self) -> u64 {
@@ -192,6 +204,7 @@ impl DirectionReport {
         self.requested_bytes += other.requested_bytes;
         self.pages_attempted += other.pages_attempted;
         self.pages_moved += other.pages_moved;
+        self.pages_already_placed += other.pages_already_placed;
         for (granularity, pages) in &other.moved_by_granularity {
             *self.moved_by_granularity.entry(*granularity).or_insert(0) += pages;
         }

@@ -5,6 +5,7 @@
 //! - [`KernelBackend`]: the real backend for one [`Target`];
 //! - [`ratelimit`], [`watermark`], [`thp`]: its parts;
 //! - [`launch`]: `memtide exec`'s initial placement (set_mempolicy before execve);
+//! - [`pages_on_destination`]: what of a batch of moves is already done;
 //! - [`coexist`]: other tiering agents and kernel features that would fight memtide;
 //! - `plan` (private): the glue from the planner's `Plan` to [`MoveRequest`]s.
 
@@ -12,6 +13,7 @@ pub mod coexist;
 pub mod executor;
 mod huge;
 pub mod launch;
+mod placed;
 mod plan;
 pub mod ratelimit;
 pub mod thp;
@@ -23,6 +25,7 @@ pub use self::executor::{
     AbortReason, Backend, DirectionReport, ExecConfig, ExecReport, Executor, MoveRequest,
 };
 pub use self::huge::HugeRange;
+pub use self::placed::pages_on_destination;
 // The only dependency on `policy` (drop this line and `mod plan;` to build without it).
 pub use self::plan::{TierNodes, requests_by_node, requests_from_plan};
 use crate::{

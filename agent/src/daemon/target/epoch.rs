@@ -13,7 +13,9 @@ use memtide_core::{
     units::{Direction, PAGE_SIZE},
 };
 use memtide_host::{
-    exec::{ExecReport, KernelBackend, MoveRequest, TierNodes, requests_from_plan},
+    exec::{
+        ExecReport, KernelBackend, MoveRequest, TierNodes, pages_on_destination, requests_from_plan,
+    },
     sys::process,
     targets::{Target, TargetError, placement::TierPlacement},
     topology::{ThpMode, Topology},
@@ -441,15 +443,21 @@ impl State {
         let (demotions, promotions): (Vec<_>, Vec<_>) = requests
             .into_iter()
             .partition(|request| request.direction == Direction::Demote);
+        // Nor a victim already in the slow tier (the kernel's own demotion, another agent):
+        // the executor counts it as moved, and it freed nothing. Asked before the demotions,
+        // for a bounded target only: the query walks the pages' tables once more. A failed
+        // query (the target exiting) counts none; the demotions then report the exit.
+        let already_placed = pages_on_destination(&mut backend, &demotions).unwrap_or(0);
         let mut report = self
             .executor
             .execute(&mut backend, &demotions, Instant::now())
             .map_err(|e| e.to_string())?;
+        report.demote.pages_already_placed = already_placed.min(report.demote.pages_moved);
         if report.aborted.is_some() {
             return Ok(report);
         }
         let held = self.fast_held();
-        let demoted = report.demote.pages_moved * PAGE_SIZE;
+        let demoted = report.demote.pages_relocated() * PAGE_SIZE;
         let room = share.saturating_sub(held.saturating_sub(demoted));
         let affordable = within(promotions, room);
         if !affordable.is_empty() {

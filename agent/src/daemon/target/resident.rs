@@ -107,11 +107,12 @@ impl Resident {
             .collect()
     }
 
-    /// Moves `report`'s migrated pages between the tiers' counts.
+    /// Moves `report`'s migrated pages between the tiers' counts (those that were already
+    /// where they were sent stay where they were counted).
     pub(super) fn moved(&mut self, report: &ExecReport) {
         let [fast, slow] = &mut self.bytes;
-        let promoted = report.promote.pages_moved * PAGE_SIZE;
-        let demoted = report.demote.pages_moved * PAGE_SIZE;
+        let promoted = report.promote.pages_relocated() * PAGE_SIZE;
+        let demoted = report.demote.pages_relocated() * PAGE_SIZE;
         *fast = (*fast + promoted).saturating_sub(demoted);
         *slow = (*slow + demoted).saturating_sub(promoted);
     }
@@ -129,6 +130,20 @@ mod tests {
             kernel_page_kb: 4,
             ..NumaMap::default()
         }
+    }
+
+    #[test]
+    fn pages_already_where_they_were_sent_stay_counted_where_they_were() {
+        // 10 pages on node 0 (fast), nothing slow.
+        let mut resident = Resident::read(&[map(0x1000, "default", 10)], &[0], &[1]);
+        let mut report = ExecReport::default();
+        // Six victims demoted, two of which the kernel had demoted before: four left the
+        // fast tier. One page promoted.
+        report.demote.pages_moved = 6;
+        report.demote.pages_already_placed = 2;
+        report.promote.pages_moved = 1;
+        resident.moved(&report);
+        assert_eq!(resident.bytes, [(10 - 4 + 1) * 4096, (4 - 1) * 4096]);
     }
 
     #[test]
