@@ -172,13 +172,13 @@ impl Report<'_> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use super::{super::fake_run, EngineVariant, PolicyName, Report, short_label};
+    use super::{
+        super::{fake_run, render_section},
+        EngineVariant, PolicyName, short_label,
+    };
     use crate::{
-        model::PresetName,
-        run::{SimConfig, SimResult},
-        suite::{EPOCHS_MS, Results, SuiteArgs},
+        run::SimResult,
+        suite::{EPOCHS_MS, Results},
     };
 
     /// The interval section of a report on one real trace, `a.mt`, whose runs at the default
@@ -244,26 +244,7 @@ mod tests {
                 put(section, "sparse-superpage", whole_label, s);
             }
         }
-        let args = SuiteArgs {
-            records: 0,
-            footprint: 0,
-            out: "docs".into(),
-            traces: "traces".into(),
-            jobs: None,
-        };
-        let base = SimConfig::new(PresetName::Pmem.preset());
-        let report = Report {
-            results: &results,
-            footprints: &BTreeMap::new(),
-            traces: Vec::new(),
-            real: vec!["a.mt".into()],
-            args: &args,
-            base: &base,
-            elapsed: 0.0,
-        };
-        let mut o = String::new();
-        report.interval(&mut o);
-        o
+        render_section(&results, &["a.mt"], |report, o| report.interval(o))
     }
 
     #[test]

@@ -269,3 +269,33 @@ fn fake_run(
         policy_info: serde_json::Value::Null,
     }
 }
+
+/// One section of a report on `results`, with `real` as the real traces, for the report's
+/// tests: `section` writes it.
+#[cfg(test)]
+fn render_section(
+    results: &Results,
+    real: &[&str],
+    section: impl FnOnce(&Report<'_>, &mut String),
+) -> String {
+    let args = SuiteArgs {
+        records: 0,
+        footprint: 0,
+        out: "docs".into(),
+        traces: "traces".into(),
+        jobs: None,
+    };
+    let base = SimConfig::new(crate::model::PresetName::Pmem.preset());
+    let report = Report {
+        results,
+        footprints: &BTreeMap::new(),
+        traces: Vec::new(),
+        real: real.iter().map(|t| (*t).to_owned()).collect(),
+        args: &args,
+        base: &base,
+        elapsed: 0.0,
+    };
+    let mut o = String::new();
+    section(&report, &mut o);
+    o
+}

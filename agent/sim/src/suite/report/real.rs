@@ -315,15 +315,9 @@ fn best_of<'a>(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
-    use super::super::fake_run as run;
-    use super::{PolicyName, Report};
-    use crate::{
-        model::PresetName,
-        run::{SimConfig, SimResult},
-        suite::{Results, SuiteArgs},
-    };
+    use super::super::{fake_run as run, render_section};
+    use super::PolicyName;
+    use crate::{run::SimResult, suite::Results};
 
     fn lead_text(best_static: PolicyName, shrinking: bool) -> String {
         let mut results = Results::new();
@@ -343,26 +337,9 @@ mod tests {
             churn.pingpong_pages = 4321;
             put(churn);
         }
-        let args = SuiteArgs {
-            records: 0,
-            footprint: 0,
-            out: "docs".into(),
-            traces: "traces".into(),
-            jobs: None,
-        };
-        let base = SimConfig::new(PresetName::Pmem.preset());
-        let report = Report {
-            results: &results,
-            footprints: &BTreeMap::new(),
-            traces: Vec::new(),
-            real: vec!["a.mt".into(), "b.mt".into()],
-            args: &args,
-            base: &base,
-            elapsed: 0.0,
-        };
-        let mut o = String::new();
-        report.static_lead(&mut o, "main", best_static);
-        o
+        render_section(&results, &["a.mt", "b.mt"], |report, o| {
+            report.static_lead(o, "main", best_static);
+        })
     }
 
     #[test]
