@@ -275,7 +275,7 @@ impl Metrics {
         );
         registry.register(
             "store_period_ratio",
-            "PEBS store sample period over the load sample period: the square root of the share of sampled loads over the share of stores that reach memory",
+            "PEBS store sample period over the load sample period: the share of sampled loads over the share of stores that reach memory",
             self.store_period_ratio.clone(),
         );
         registry.register(

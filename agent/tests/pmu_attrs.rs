@@ -361,9 +361,9 @@ fn perf_spec_for_pebs_sizes_periods_from_the_budget() {
     let out = perf_spec_for(SourceKind::Pebs, &scan(&root), &root, &opts).unwrap();
     // 8 CPUs x (loads + stores) = 16 streams; 1 % of a core at 2 µs = 5000 samples/s, 312.5
     // per stream on an equal split. Half the ldlat loads and 2 % of the stores reach memory,
-    // so the store period is √25 = 5 load periods: per CPU the loads take 2e7 / (2e7 + 5e8 / 5)
-    // = 1/6 of the samples (1/3 of an equal split's half), the stores 5/6 (5/3 of it): loads
-    // 2e7 / (312.5 / 3) = 192000, stores 5e8 / (312.5 * 5/3) = 960000.
+    // so the store period is 0.5 / 0.02 = 25 load periods: per CPU the loads take
+    // 2e7 / (2e7 + 5e8 / 25) = 1/2 of the samples (an equal split's half), the stores the
+    // other half: loads 2e7 / 312.5 = 64000, stores 5e8 / 312.5 = 1600000.
     let periods: Vec<(&str, u64, Binding)> = out
         .periods
         .iter()
@@ -372,31 +372,31 @@ fn perf_spec_for_pebs_sizes_periods_from_the_budget() {
     assert_eq!(
         periods,
         vec![
-            ("mem-loads", 192_000, Binding::CpuBudget),
-            ("mem-stores", 960_000, Binding::CpuBudget),
+            ("mem-loads", 64_000, Binding::CpuBudget),
+            ("mem-stores", 1_600_000, Binding::CpuBudget),
         ]
     );
     let spec = &out.spec;
     assert_eq!(spec.source, SampleSource::Pebs);
     assert_eq!(spec.cpus, (0..8).collect::<Vec<_>>());
     assert_eq!(spec.events.len(), 3);
-    assert_eq!(spec.events[1].attr.sample_period, 192_000);
-    assert_eq!(spec.events[2].attr.sample_period, 960_000);
+    assert_eq!(spec.events[1].attr.sample_period, 64_000);
+    assert_eq!(spec.events[2].attr.sample_period, 1_600_000);
     assert!(out.notes.is_empty(), "{:?}", out.notes);
 }
 
 #[test]
 fn perf_spec_for_reports_a_binding_kernel_throttle() {
     // The fixture's perf_event_max_sample_rate was lowered to 12000: with a whole core of
-    // budget on one CPU, loads could be sampled every 240 events (a third of an equal split's
-    // 80), the kernel allows one in 1667.
+    // budget on one CPU, loads could be sampled every 80 events (an equal split's: loads and
+    // stores each take half at the assumed shares), the kernel allows one in 1667.
     let root = fixture("sapphire-rapids");
     let mut opts = options(&root, 0..1);
     opts.budget.cpu_fraction = 1.0;
     let out = perf_spec_for(SourceKind::Pebs, &scan(&root), &root, &opts).unwrap();
     let (name, loads) = &out.periods[0];
     assert_eq!(*name, "mem-loads");
-    assert_eq!(loads.budget_period, 240);
+    assert_eq!(loads.budget_period, 80);
     assert_eq!(loads.kernel_period, 1667);
     assert_eq!(loads.period, 1667);
     assert!(loads.kernel_throttle_binds);
@@ -415,9 +415,9 @@ fn perf_spec_for_hybrid_counts_streams_per_pmu() {
     let root = fixture("alder-lake-hybrid");
     let opts = options(&root, 0..24);
     let out = perf_spec_for(SourceKind::Pebs, &scan(&root), &root, &opts).unwrap();
-    // (16 P-core CPUs + 8 E-core CPUs) x 2 events = 48 streams, a third of an equal split for
-    // loads: 2e7 / (1e7 / 96000 / 3) = 576000.
-    assert_eq!(out.periods[0].1.period, 576_000);
+    // (16 P-core CPUs + 8 E-core CPUs) x 2 events = 48 streams, an equal split for loads:
+    // 2e7 / (1e7 / 96000) = 192000.
+    assert_eq!(out.periods[0].1.period, 192_000);
     assert_eq!(out.spec.events.len(), 5);
     assert_eq!(out.spec.open_plan().len(), 64);
 }

@@ -2,26 +2,31 @@
 //! equally often: PEBS's `mem-loads` (loads slower than `ldlat`) and `mem-stores` (every
 //! retired store).
 //!
-//! What tiering estimates from samples is each page's memory traffic. A sampled event counts
-//! towards it only when the access reached memory: a share `g` of the `ldlat` loads (those that
-//! also miss the last-level cache) and a share `h` of the stores. Sampling loads with
-//! probability `f_l` and stores with `f_s`, the estimate of a page's traffic has variance
-//! `M_l / f_l + M_s / f_s` (Horvitz-Thompson over the accesses that reached memory, `M_l` and
-//! `M_s` of them), for a sample rate `f_l · r_l + f_s · r_s` fixed by the CPU budget. With
-//! `M_l = g · r_l` and `M_s = h · r_s` for the page's share of the events, the minimum (Neyman
-//! allocation, a Lagrange multiplier) is at `f ∝ √(share)`: the store period is `√(g / h)`
-//! times the load period, whatever the two event rates.
+//! What tiering estimates from samples is each page's memory traffic, and only a share `g` of
+//! the `ldlat` loads (those that also miss the last-level cache) and `h` of the stores reached
+//! memory. Which ones did, PEBS says in `PERF_SAMPLE_DATA_SRC`, and a `perf_event` BPF program
+//! cannot read it (its context exposes the registers, the period and the address only): every
+//! sample counts, a load sample for `g` of the loads it stands for and a store sample for `h`
+//! of its stores, on average. Sampling loads with probability `f_l` and stores with `f_s`, a
+//! page with `L` such loads and `S` stores has its traffic estimated as
+//! `g · n_l / f_l + h · n_s / f_s` (`n` samples of each, Poisson), with variance
+//! `g² L / f_l + h² S / f_s`, for a sample rate `f_l · r_l + f_s · r_s` fixed by the CPU budget.
+//! The minimum (Neyman allocation, a Lagrange multiplier) is at `f ∝ share`: the store period is
+//! `g / h` times the load period, whatever the two event rates, so that a store sample and a
+//! load sample stand for the same expected memory traffic.
 //!
 //! So when every sampled access reaches memory (`g = h`), loads and stores share one period;
-//! when stores mostly hit the caches (`h` ≪ `g`, the usual case on a server) they are sampled
-//! less, but only by the square root of the ratio: a store that does reach memory is evidence
-//! the planner weighs as a write, and starving stores by the full ratio loses it. An equal share
-//! of samples per event instead sets the ratio to `r_s / r_l` (25 at memtide's expected rates),
-//! which under-samples the writes of write-heavy memory-bound code by the same factor.
+//! when stores mostly hit the caches (`h` ≪ `g`, the usual case on a server) a store sample
+//! says `h / g` as much about memory traffic as a load sample at the same period would, and
+//! stores are sampled that much less. (Were each sample's data source known, only the samples
+//! that reached memory would count, the variance would be `g L / f_l + h S / f_s`, and the
+//! ratio `√(g / h)`: memtide used that ratio until it measured, in the simulator, how many of
+//! the samples it bought were stores served by a cache.)
 
-/// The store:load period ratio never goes past these bounds: below 1 a store would be sampled
-/// more often than a load that reached memory as surely, and past 64 stores stop informing the
-/// read/write split at all (and a share measured over a quiet interval can be 0).
+/// The store:load period ratio never goes past these bounds: below 1 stores, which no filter
+/// narrows, would be sampled more often than the loads `ldlat` narrowed to the slow ones, and
+/// past 64 stores stop informing the read/write split at all (and a share measured over a
+/// quiet interval can be 0).
 pub const MIN_STORE_PERIOD_RATIO: f64 = 1.0;
 pub const MAX_STORE_PERIOD_RATIO: f64 = 64.0;
 
@@ -55,11 +60,11 @@ impl MemoryShares {
         }
     }
 
-    /// The store period as a multiple of the load period: `√(loads / stores)`, within
+    /// The store period as a multiple of the load period: `loads / stores`, within
     /// [`MIN_STORE_PERIOD_RATIO`]..=[`MAX_STORE_PERIOD_RATIO`].
     #[must_use]
     pub fn store_period_ratio(&self) -> f64 {
-        let ratio = (self.loads / self.stores).sqrt();
+        let ratio = self.loads / self.stores;
         if ratio.is_nan() {
             return MIN_STORE_PERIOD_RATIO;
         }
@@ -80,13 +85,35 @@ mod tests {
     }
 
     #[test]
-    fn stores_that_mostly_hit_the_caches_are_sampled_by_the_root_of_the_ratio() {
-        // Half the ldlat loads and 2 % of the stores reach memory: √25 = 5.
+    fn stores_that_mostly_hit_the_caches_are_sampled_by_the_ratio_of_the_shares() {
+        // Half the ldlat loads and 2 % of the stores reach memory: 0.5 / 0.02 = 25, so a store
+        // sample stands for as much memory traffic (25 x 0.02 = 0.5 periods) as a load sample.
         let server = MemoryShares {
             loads: 0.5,
             stores: 0.02,
         };
-        assert!((server.store_period_ratio() - 5.0).abs() < 1e-9);
+        assert!((server.store_period_ratio() - 25.0).abs() < 1e-9);
+        // A tenth of the loads and 5 % of the stores: 2.
+        let cached = MemoryShares::from_counts(1000, 100, 1000, 50);
+        assert!((cached.store_period_ratio() - 2.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_load_sample_and_a_store_sample_stand_for_the_same_memory_traffic() {
+        // Within the bounds, a store sample's period times its share equals a load sample's.
+        for (loads, stores) in [
+            (0.5, 0.02),
+            (0.9, 0.3),
+            (0.25, 0.05),
+            (1.0, 1.0),
+            (0.4, 0.4),
+        ] {
+            let ratio = MemoryShares { loads, stores }.store_period_ratio();
+            assert!(
+                (ratio * stores - loads).abs() < 1e-12,
+                "{loads} {stores}: {ratio}"
+            );
+        }
     }
 
     #[test]

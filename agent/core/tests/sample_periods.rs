@@ -1,6 +1,6 @@
 //! The magnitude of the sampling period must not change a decision. PEBS samples loads and
-//! stores at periods such as 64,000 and 1,600,000 (a 1:25 split, wider than the 192,000 :
-//! 960,000 memtide starts at), IBS samples ops at 128,000:
+//! stores at periods such as 64,000 and 1,600,000 (the 1:25 split memtide starts at), IBS
+//! samples ops at 128,000:
 //! one sample stands for that many accesses. The engine counts samples as evidence and uses the
 //! period only to turn counts into traffic, so one stream of samples planned at those periods
 //! promotes the pages it promotes at period 1.

@@ -9,7 +9,7 @@
 //!   sample with probability 1/N (`--sample-rate N`), with its own load/store kind and a
 //!   weight of `N × record_weight`. What an unbiased PMU counting memory accesses would give.
 //! - `pebs`: Intel PEBS as memtide opens it: `mem-loads` behind the `ldlat` filter (30 cycles:
-//!   loads that miss L2) and `mem-stores` with no filter, the store period `√(g / h)` times the
+//!   loads that miss L2) and `mem-stores` with no filter, the store period `g / h` times the
 //!   load period, where `g` and `h` are the shares of those loads and stores that reach memory
 //!   (miss the L3 model): what the agent's cache-miss counters measure on a live target
 //!   ([`memtide_core::sampling`]; the agent assumes `g` = 0.5, `h` = 0.02 until they have).

@@ -69,7 +69,7 @@ impl Sample {
 
 /// Accesses one sample stands for, by kind: the mean weight of the last interval's read and
 /// write samples (a source may sample loads and stores at different periods: PEBS starts at
-/// 192,000 and 960,000 and moves the stores' as it measures them). Evidence is counted in samples; these turn counts into traffic.
+/// 64,000 and 1,600,000 and moves the stores' as it measures them). Evidence is counted in samples; these turn counts into traffic.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Units {
     /// Accesses per read (or kind-less) sample.

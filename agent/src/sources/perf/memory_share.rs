@@ -1,5 +1,5 @@
 //! How much of what PEBS samples reaches memory, measured while the agent runs, so that the
-//! store period follows the workload ([`memtide_core::sampling`]: the store period is `√(g / h)`
+//! store period follows the workload ([`memtide_core::sampling`]: the store period is `g / h`
 //! load periods, `g` and `h` the shares of `ldlat` loads and of stores that miss the last-level
 //! cache).
 //!
@@ -191,24 +191,24 @@ mod tests {
     fn cache_resident_stores_push_it_up() {
         let mut meter = ShareMeter::new(1.0);
         meter.observe(ShareCounts::default());
-        // Half the loads and 1 % of the stores went to memory: √50 ≈ 7.07.
+        // Half the loads and 1 % of the stores went to memory: 0.5 / 0.01 = 50.
         let ratio = meter
             .observe(counts(100_000, 50_000, 1_000_000, 10_000))
             .expect("a change");
-        assert!((ratio - 50f64.sqrt()).abs() < 1e-9, "{ratio}");
+        assert!((ratio - 50.0).abs() < 1e-9, "{ratio}");
     }
 
     #[test]
     fn small_moves_and_quiet_intervals_leave_the_ratio_alone() {
         let mut meter = ShareMeter::new(5.0);
         meter.observe(ShareCounts::default());
-        // √(0.5 / 0.025) ≈ 4.47: within the dead band of 5.
+        // 0.5 / 0.115 ≈ 4.35: within the dead band of 5.
         assert_eq!(
-            meter.observe(counts(100_000, 50_000, 1_000_000, 25_000)),
+            meter.observe(counts(100_000, 50_000, 1_000_000, 115_000)),
             None
         );
         // Too few stores to say anything: all-to-memory or not.
-        let before = counts(100_000, 50_000, 1_000_000, 25_000);
+        let before = counts(100_000, 50_000, 1_000_000, 115_000);
         let quiet = ShareCounts {
             stores: before.stores + 100,
             stores_to_memory: before.stores_to_memory + 100,

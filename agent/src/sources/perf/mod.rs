@@ -62,7 +62,8 @@ impl Default for ExpectedRates {
             pebs_stores_per_sec: 5e8,
             // A memory-bound core moves ~1e7 cache lines/s each way: about half its 2e7
             // L2-missing loads and 2 % of its 5e8 stores. The store period is then
-            // √(0.5 / 0.02) = 5 times the load period (Neyman allocation).
+            // 0.5 / 0.02 = 25 times the load period (Neyman allocation,
+            // `memtide_core::sampling`).
             pebs_load_memory_share: 0.5,
             pebs_store_memory_share: 0.02,
             ibs_ops_per_sec: 4e9,
@@ -500,9 +501,9 @@ mod tests {
     #[test]
     fn the_store_split_starts_at_the_ratio_of_the_periods_opened() {
         let split = split_for(SourceKind::Pebs, "sapphire-rapids").expect("PEBS with stores");
-        // Half the ldlat loads and 2 % of the stores assumed to reach memory: √25.
-        assert!((split.opened_at - 5.0).abs() < 1e-9, "{}", split.opened_at);
-        assert!((split.meter.ratio() - 5.0).abs() < 1e-9);
+        // Half the ldlat loads and 2 % of the stores assumed to reach memory: 0.5 / 0.02.
+        assert!((split.opened_at - 25.0).abs() < 1e-9, "{}", split.opened_at);
+        assert!((split.meter.ratio() - 25.0).abs() < 1e-9);
         assert!(
             split_for(SourceKind::Ibs, "zen4").is_none(),
             "IBS has no store events"
