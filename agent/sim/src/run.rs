@@ -705,9 +705,11 @@ mod tests {
         );
         assert!(oracle.fast_hit_ratio >= mt.fast_hit_ratio);
         // Hot pages are sparse: memtide migrates 4 KiB pages, not whole superpages (the cold runs
-        // it evicts for them move in the 64 KiB granules they cover).
-        let g = &mt.migrated_bytes_by_granularity;
-        assert!(g.k4 + g.k64 > g.m2, "{g:?}");
+        // it evicts for them move in the 64 KiB granules they cover). A superpage ranked hot before
+        // any of its pages holds `min_samples` moves whole, so one or two early whole moves can
+        // weigh as many bytes as the hundreds of pages after them: the moves are counted.
+        let g = &mt.migrations_by_granularity;
+        assert!(g.k4 + g.k64 >= 100 * g.m2, "{g:?}");
     }
 
     #[test]

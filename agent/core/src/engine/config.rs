@@ -39,7 +39,8 @@ pub struct EngineConfig {
     /// rate never reached the floor (HeMem cools at 10 samples for a hot threshold of 4).
     /// 0 cools on time alone. Default 3.
     pub cool_after_samples: u32,
-    /// Superpages given stage-2 counters each interval (Rainbow's N). Default 100.
+    /// Superpages given stage-2 counters each interval (Rainbow's N): the N hottest at each
+    /// close, and while fewer hold them, any superpage at its first sample. Default 100.
     pub top_n: usize,
     /// Upper bound when N adapts to the fast tier's free capacity (one superpage per free 2 MiB,
     /// never below `top_n`). Default 1000.

@@ -314,6 +314,14 @@ impl Engine {
         } else {
             rec.ivl_r = rec.ivl_r.saturating_add(1);
         }
+        // While stage 2 has a free slot, a superpage sampled without one takes it at once: the
+        // close would give it one anyway (fewer than N are warm), and waiting for the close
+        // loses the interval's samples of its pages. A sweep's superpage, or one that cooled to
+        // zero and lost its slot, is otherwise counted page by page only from the next close on,
+        // up to an interval after its heat came back.
+        if rec.slot == NO_SLOT && self.stage2.live() < self.top_n {
+            rec.slot = self.stage2.allocate(sp);
+        }
         let slot = rec.slot;
         if slot != NO_SLOT {
             let page = subpage_index(addr);

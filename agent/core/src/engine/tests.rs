@@ -53,9 +53,11 @@ fn ingest_keeps_reads_and_writes_apart() {
     let r = record(&e, 0x20_0000);
     // Unknown counts as a read, weight 0 as 1.
     assert_eq!((r.ivl_r, r.ivl_w), (2, 2));
-    // Nothing outside the touched superpage, and no stage 2 before an interval closed.
+    // Nothing outside the touched superpage; stage 2, which has room, counts its pages at once.
     assert_eq!(e.stage1.len(), 1);
-    assert_eq!(e.stage2.live(), 0);
+    assert_eq!(e.stage2.live(), 1);
+    let (reads, writes) = e.stage2.counters(r.slot);
+    assert_eq!((reads[0], writes[1], writes[2]), (2, 1, 1));
     let heavy = Sample {
         addr: 0x20_0000,
         kind: AccessKind::Load,
@@ -252,6 +254,28 @@ fn stage2_cools_at_most_once_per_cooling_period() {
         counts.push(page_5(&e));
     }
     assert_eq!(counts, [8, 8, 4, 4]);
+}
+
+/// A superpage sampled while stage 2 has a free slot is counted page by page from its first
+/// sample; once the N slots are taken, a new one waits for the close to rank it.
+#[test]
+fn a_free_stage2_slot_is_taken_at_the_first_sample_and_a_full_stage2_waits_for_the_close() {
+    let mut e = new_engine(EngineConfig {
+        top_n: 1,
+        top_n_max: 1,
+        ..cfg()
+    });
+    e.observe_samples(&[Sample::load(SUPERPAGE_SIZE + 3 * PAGE_SIZE)], MS);
+    let first = record(&e, SUPERPAGE_SIZE);
+    assert_ne!(first.slot, NO_SLOT);
+    assert_eq!(e.stage2.counters(first.slot).0[3], 1);
+    // Stage 2 is full: the second superpage is counted in stage 1 only, however hot.
+    e.observe_samples(&[Sample::load(2 * SUPERPAGE_SIZE); 5], 2 * MS);
+    assert_eq!(record(&e, 2 * SUPERPAGE_SIZE).slot, NO_SLOT);
+    // The close ranks the hotter one into stage 2.
+    e.tick(50 * MS);
+    assert_ne!(record(&e, 2 * SUPERPAGE_SIZE).slot, NO_SLOT);
+    assert_eq!(record(&e, SUPERPAGE_SIZE).slot, NO_SLOT);
 }
 
 #[test]

@@ -217,8 +217,12 @@ impl EpochController {
         let verdict = |payback| Payback::judge(payback, cfg.min_payback);
         let last_unpaid = verdict(self.last_payback) == Payback::Unpaid;
         let paid = verdict(i.payback) == Payback::Paid;
-        let oscillating =
-            i.pingpong_share > cfg.oscillation_pingpong || (i.capacity_bound && half_shifted);
+        // Ping-pong is oscillation when the moves measured did not pay: moves too small for a
+        // verdict (`Payback::Unmeasured`) say no more by reversing each other than by paying,
+        // and a fast tier of a few superpages reverses some of them every epoch.
+        let pingpong =
+            i.pingpong_share > cfg.oscillation_pingpong && verdict(i.payback) == Payback::Unpaid;
+        let oscillating = pingpong || (i.capacity_bound && half_shifted);
         let (mut next, mut change) = if oscillating && !paid {
             (cur * cfg.step, EpochChange::LongerOscillation)
         } else if verdict(i.payback) == Payback::Unpaid {
@@ -265,8 +269,16 @@ mod tests {
     fn oscillation_and_bad_payback_lengthen() {
         let cfg = EpochConfig::default();
         let mut c = ctl(1000);
+        // Ping-pong of moves too small for a payback verdict is no evidence either way.
+        let small = EpochInputs {
+            pingpong_share: 0.5,
+            ..EpochInputs::default()
+        };
+        assert_eq!(c.update(&cfg, &small), EpochChange::Hold);
+        assert_eq!(c.current(), Duration::from_secs(1));
         let osc = EpochInputs {
             pingpong_share: 0.06,
+            payback: Some(0.5),
             ..EpochInputs::default()
         };
         assert_eq!(c.update(&cfg, &osc), EpochChange::LongerOscillation);

@@ -77,6 +77,23 @@ pub(crate) const INTERVAL_SECTIONS: TwoSizes = TwoSizes {
     small: "interval-small",
     main: "interval",
 };
+/// Where the fixed-epoch sweep and memtide's adaptive run of its traces are, for each draw of
+/// the samples (the suite's seed plus the index): (fixed-epoch section, adaptive section). The
+/// epoch check compares them over every draw, as the sampler check does: one draw moves when a
+/// long epoch's plan falls, and with it a sweep's run by several percent.
+pub(crate) const EPOCH_DRAWS: [(&str, &str); SAMPLER_SEEDS as usize] = [
+    ("epoch", "main"),
+    ("epoch-draw-1", "epoch-draw-1"),
+    ("epoch-draw-2", "epoch-draw-2"),
+    ("epoch-draw-3", "epoch-draw-3"),
+];
+/// The same for the interval section's sweep of `shrinking`.
+pub(crate) const INTERVAL_EPOCH_DRAWS: [(&str, &str); SAMPLER_SEEDS as usize] = [
+    ("interval-epoch", "interval-epoch"),
+    ("interval-epoch-draw-1", "interval-epoch-draw-1"),
+    ("interval-epoch-draw-2", "interval-epoch-draw-2"),
+    ("interval-epoch-draw-3", "interval-epoch-draw-3"),
+];
 /// The counting interval the interval section tries against the default: the shortest epoch,
 /// so that every plan at it reads an interval of its own (cooling keeps its default period).
 pub const SHORT_INTERVAL_MS: u64 = 10;
@@ -321,10 +338,23 @@ impl Matrix<'_> {
                 jobs.push(job);
             }
         }
-        // C: fixed-epoch sweep.
+        // C: fixed-epoch sweep, and its further draws of the samples with memtide's run beside.
         for w in EPOCH_TRACES {
             for ms in EPOCHS_MS {
                 jobs.push(self.job("epoch", w, Choice::FixedEpoch(ms), pmem));
+            }
+        }
+        let sweep = EPOCHS_MS
+            .map(Choice::FixedEpoch)
+            .into_iter()
+            .chain([Choice::Named(PolicyName::Memtide)]);
+        for (draw, (section, _)) in (0..).zip(EPOCH_DRAWS).skip(1) {
+            for w in EPOCH_TRACES {
+                for choice in sweep.clone() {
+                    let mut job = self.job(section, w, choice, pmem);
+                    job.cfg.seed = job.cfg.seed.wrapping_add(draw);
+                    jobs.push(job);
+                }
             }
         }
         jobs.extend(self.bandwidth_jobs());
@@ -351,8 +381,12 @@ impl Matrix<'_> {
         }
         let pmem = (PresetName::Pmem, self.base.fast);
         let epochs = EPOCHS_MS.iter().map(|&ms| EngineVariant::FixedEpochMs(ms));
-        for variant in epochs.chain([EngineVariant::Adaptive]) {
-            jobs.push(self.job("interval-epoch", "shrinking", short(variant), pmem));
+        for (draw, (section, _)) in (0..).zip(INTERVAL_EPOCH_DRAWS) {
+            for variant in epochs.clone().chain([EngineVariant::Adaptive]) {
+                let mut job = self.job(section, "shrinking", short(variant), pmem);
+                job.cfg.seed = job.cfg.seed.wrapping_add(draw);
+                jobs.push(job);
+            }
         }
         let ryoo = (PresetName::Ryoo, self.base.fast);
         for variant in [
