@@ -67,6 +67,14 @@ impl CapacityConfig {
         frac(cap.fast_total_bytes, 1.0 - self.high_watermark)
     }
 
+    /// The most the target can hold in the fast tier: the tier (its share of it, when it has
+    /// one) less the reserve that stays free.
+    #[must_use]
+    pub fn holdable_bytes(&self, cap: &CapacityView) -> u64 {
+        cap.fast_reach_bytes()
+            .min(cap.fast_total_bytes.saturating_sub(self.reserve_bytes(cap)))
+    }
+
     /// Bytes promotions may fill before any demotion (never negative): free memory above the
     /// high watermark, and no more than what is left of the target's share.
     #[must_use]
@@ -261,6 +269,10 @@ mod tests {
         assert_eq!(cfg.watermark_demand(&full), 1_000);
         assert_eq!(shared(30_000, 0).fast_reach_bytes(), 30_000);
         assert_eq!(cap(100_000, 0).fast_reach_bytes(), 100_000);
+        // What it can hold: its share, within what the reserve leaves of the tier.
+        assert_eq!(cfg.holdable_bytes(&shared(30_000, 0)), 30_000);
+        assert_eq!(cfg.holdable_bytes(&shared(99_800, 0)), 99_500);
+        assert_eq!(cfg.holdable_bytes(&cap(100_000, 0)), 99_500);
     }
 
     #[test]

@@ -894,6 +894,44 @@ fn a_hot_superpage_moves_whole_until_one_of_its_pages_holds_the_floor() {
 }
 
 #[test]
+fn a_superpage_the_fast_tier_cannot_hold_offers_its_hot_pages_instead() {
+    // A slow superpage, the only one sampled, with a full window of samples returning to eight
+    // neighbouring pages (ten each): hot, resolved and not sparse, so it moves whole, in front
+    // of a fast tier that can hold it. In front of one of 1 MiB no 2 MiB move can ever fit:
+    // adaptive memtide moves the pages that pass on their own instead, and pinned to 2 MiB it
+    // moves nothing.
+    let promoted = |fast: u64, fixed: bool| {
+        let mut c = cfg();
+        if fixed {
+            c.policy.granularity.initial = Granularity::MIB_2;
+            c.policy.granularity.fixed = true;
+        }
+        let mut e = Tiering::new(c).unwrap();
+        let model = TierModel::new(0, 64 * MIB, Tier::Slow, fast);
+        let sample = |page: u64| Sample {
+            addr: SUPERPAGE_SIZE + page * PAGE_SIZE,
+            kind: AccessKind::Load,
+            weight: 100_000,
+        };
+        e.observe_samples(&[sample(10)], 10 * MS);
+        let samples: Vec<Sample> = (0..80).map(|i| sample(10 + i % 8)).collect();
+        e.observe_samples(&samples, 60 * MS);
+        let p = e.plan(1000 * MS, &model, &model.capacity());
+        p.moves
+            .iter()
+            .filter(|m| m.direction == Direction::Promote)
+            .map(|m| (m.start, m.len))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(promoted(8 * MIB, false), [(SUPERPAGE_SIZE, SUPERPAGE_SIZE)]);
+    assert_eq!(
+        promoted(MIB, false),
+        [(SUPERPAGE_SIZE + 10 * PAGE_SIZE, 8 * PAGE_SIZE)]
+    );
+    assert_eq!(promoted(MIB, true), []);
+}
+
+#[test]
 fn a_lasting_warm_superpage_moves_whole_and_a_sweep_passing_through_does_not() {
     // Two slow superpages: `hot_sp` with 400 samples an interval on four pages (stage 1's hot
     // set), and `warm_sp` with 24 an interval spread over its pages, every sample on a new page

@@ -57,6 +57,8 @@ struct RegionCtx<'a> {
     class: WritePrediction,
     /// Moving part of it splits a huge page.
     splits_huge: bool,
+    /// The fast tier (the target's share of it) can hold a whole superpage beside its reserve.
+    whole_fits: bool,
 }
 
 impl Planner {
@@ -73,6 +75,7 @@ impl Planner {
     ) -> Vec<Candidate> {
         let fast_superpages =
             usize::try_from(cap.fast_reach_bytes() / SUPERPAGE_SIZE).unwrap_or(usize::MAX);
+        let whole_fits = self.cfg.capacity.holdable_bytes(cap) >= SUPERPAGE_SIZE;
         let bars = RegionBars {
             min_samples: self.cfg.benefit.min_samples,
             fits_fast: hot.accesses_to_rank(fast_superpages),
@@ -123,6 +126,7 @@ impl Planner {
                 min_counts: f64::from(pc.benefit.min_samples),
                 class,
                 splits_huge,
+                whole_fits,
             };
             self.region_candidates(pc, costs, target, &ctx, &mut candidates);
         }
@@ -139,7 +143,9 @@ impl Planner {
     /// sparse (or it is dense enough for a 2 MiB target), else per medium chunk that is dense,
     /// else per accessed page. A whole that does not pass Eq. (1) offers no parts: where the
     /// samples do not show the superpage sparse they cannot rank its pages (a sweep's ranked
-    /// pages are the ones it already left). Parts of a huge page pay for splitting it
+    /// pages are the ones it already left). A whole the fast tier cannot hold at all (a tier,
+    /// or a target's share of it, under 2 MiB) would never move: its parts are offered
+    /// instead, unless the granularity is pinned. Parts of a huge page pay for splitting it
     /// together, each in proportion to its benefit; when they cannot, none is offered. A huge
     /// page only DAMON saw offers no parts.
     fn region_candidates(
@@ -165,8 +171,12 @@ impl Planner {
         // credits follow region boundaries): it moves whole or not at all.
         let blind = !ctx.region.sampled && ctx.splits_huge && !g.fixed;
         if blind || g.moves_whole(target, ctx.region) {
-            push(0, SUBPAGES, Granularity::MIB_2);
-            return;
+            if ctx.whole_fits {
+                push(0, SUBPAGES, Granularity::MIB_2);
+            }
+            if ctx.whole_fits || blind || g.fixed {
+                return;
+            }
         }
         let mp = g.medium.pages() as usize;
         for chunk in (0..SUBPAGES).step_by(mp) {
