@@ -55,6 +55,7 @@ fn json_contract_for_every_policy() {
         "oracle-epoch",
         "hindsight",
         "hindsight-epoch",
+        "hindsight-samples",
         "no-migration",
         "interleave",
         "bw-aware",

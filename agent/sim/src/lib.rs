@@ -55,6 +55,11 @@ pub enum PolicyName {
     #[value(name = "hindsight-epoch")]
     #[serde(rename = "hindsight-epoch")]
     HindsightEpoch,
+    /// Free hindsight from the samples alone (memtide's evidence), re-placed every batch. Not
+    /// in [`PolicyName::ALL`]: the suite runs it in its cadence section only.
+    #[value(name = "hindsight-samples")]
+    #[serde(rename = "hindsight-samples")]
+    HindsightSamples,
     NoMigration,
     Interleave,
     BwAware,
@@ -116,6 +121,7 @@ impl PolicyName {
             Self::OracleEpoch => "oracle-epoch",
             Self::Hindsight => "hindsight",
             Self::HindsightEpoch => "hindsight-epoch",
+            Self::HindsightSamples => "hindsight-samples",
             Self::NoMigration => "no-migration",
             Self::Interleave => "interleave",
             Self::BwAware => "bw-aware",
@@ -178,6 +184,7 @@ pub fn make_policy(
         PolicyName::Damon => Box::new(Damon::default()),
         PolicyName::Oracle => Box::new(Bound::default()),
         PolicyName::Hindsight => Box::new(Hindsight::default()),
+        PolicyName::HindsightSamples => Box::new(Hindsight::from_samples(None)),
         PolicyName::HindsightEpoch => {
             let epoch = policy::engine_config_with(preset, cfg.engine_overrides.as_ref())?
                 .policy

@@ -113,6 +113,9 @@ pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
 /// shortest epoch, down to what a user-space agent could hardly plan at. The shortest epoch
 /// itself is `hindsight-epoch`'s, run in the real-program sections.
 pub const CADENCES_MS: [u64; 3] = [20, 5, 2];
+/// Re-placement intervals of free hindsight from the samples alone, ms (and every batch): the
+/// cadences above and memtide's shortest epoch.
+pub const SAMPLED_CADENCES_MS: [u64; 4] = [20, 10, 5, 2];
 /// Fast shares of the BW-AWARE sweep.
 pub const BW_SHARES: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 /// The single-pattern traces (and their mix) of the granularity section, under Ryoo's preset.
@@ -137,6 +140,9 @@ enum Choice {
     Period(PolicyName, SamplerName),
     /// Free hindsight re-placed once per this many ms.
     Cadence(u64),
+    /// Free hindsight from the samples alone, re-placed once per this many ms (every batch
+    /// when `None`).
+    SampledCadence(Option<u64>),
     /// memtide's engine (as the variant sets it up) counting in intervals of this many ms.
     Interval(u64, EngineVariant),
 }
@@ -155,6 +161,8 @@ impl Choice {
             Self::Sampled(s, draw) => format!("memtide/{}/{draw}", s.name()),
             Self::Period(p, s) => format!("{}/{}", p.name(), s.name()),
             Self::Cadence(ms) => format!("hindsight-every-{ms}ms"),
+            Self::SampledCadence(Some(ms)) => format!("hindsight-samples-every-{ms}ms"),
+            Self::SampledCadence(None) => "hindsight-samples-every-batch".to_owned(),
             Self::Interval(ms, variant) => format!("interval-{ms}ms/{}", variant.label()),
         }
     }
@@ -189,6 +197,9 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
         Choice::Share(f) => Box::new(StaticPlacement::ratio(f)),
         Choice::Sampled(..) => Box::new(EnginePolicy::new(&preset, EngineVariant::Adaptive)?),
         Choice::Cadence(ms) => Box::new(Hindsight::every(Duration::from_millis(ms))),
+        Choice::SampledCadence(ms) => {
+            Box::new(Hindsight::from_samples(ms.map(Duration::from_millis)))
+        }
         Choice::Interval(ms, variant) => {
             let mut cfg = engine_config(&preset);
             // Forgetting a superpage after as long as the default does.
@@ -404,14 +415,19 @@ impl Matrix<'_> {
         jobs
     }
 
-    /// I: the real programs under free hindsight at each of [`CADENCES_MS`], at both fast-tier
-    /// sizes (the real-program sections hold it every batch and at memtide's shortest epoch).
+    /// I: the real programs under free hindsight at each of [`CADENCES_MS`] (the real-program
+    /// sections hold it every batch and at memtide's shortest epoch), and from the samples
+    /// alone at each of [`SAMPLED_CADENCES_MS`] and every batch, at both fast-tier sizes.
     fn cadence_jobs(&self, real: &[String]) -> Vec<Job> {
+        let choices = CADENCES_MS
+            .map(Choice::Cadence)
+            .into_iter()
+            .chain(SAMPLED_CADENCES_MS.map(|ms| Choice::SampledCadence(Some(ms))))
+            .chain([Choice::SampledCadence(None)]);
         let mut jobs = Vec::new();
         for t in real {
             for (section, fast) in CADENCE_SECTIONS.with_sizes(self.base.fast) {
-                for ms in CADENCES_MS {
-                    let choice = Choice::Cadence(ms);
+                for choice in choices.clone() {
                     jobs.push(self.job(section, t, choice, (PresetName::Pmem, fast)));
                 }
             }
