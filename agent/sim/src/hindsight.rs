@@ -229,8 +229,19 @@ mod tests {
     use memtide_core::units::{PAGE_SIZE, SUPERPAGE_SIZE};
 
     /// Hit ratios of `policies` on `records` (all past the caches) with a fast tier of
-    /// `fast_bytes`.
+    /// `fast_bytes`, at the default sample rate.
     fn hit_ratios(records: Vec<TraceRecord>, fast_bytes: u64, policies: &[PolicyName]) -> Vec<f64> {
+        let rate = SimConfig::new(PresetName::Pmem.preset()).sample_rate;
+        let runs: Vec<(PolicyName, u32)> = policies.iter().map(|&p| (p, rate)).collect();
+        hit_ratios_sampled(records, fast_bytes, &runs)
+    }
+
+    /// [`hit_ratios`] of each policy at its sample rate (one sample per so many records).
+    fn hit_ratios_sampled(
+        records: Vec<TraceRecord>,
+        fast_bytes: u64,
+        runs: &[(PolicyName, u32)],
+    ) -> Vec<f64> {
         let trace = MemTrace {
             name: "hindsight".into(),
             records: Arc::new(records),
@@ -241,11 +252,16 @@ mod tests {
         };
         let mut cfg = SimConfig::new(PresetName::Pmem.preset());
         cfg.fast = FastSize::Bytes(fast_bytes);
-        policies
-            .iter()
-            .map(|&p| {
+        runs.iter()
+            .map(|&(p, rate)| {
+                cfg.sample_rate = rate;
                 let r = simulate(&trace, p, &cfg).unwrap();
-                if matches!(p, PolicyName::Hindsight | PolicyName::HindsightEpoch) {
+                if matches!(
+                    p,
+                    PolicyName::Hindsight
+                        | PolicyName::HindsightEpoch
+                        | PolicyName::HindsightSamples
+                ) {
                     assert_eq!(r.migrated_bytes, 0, "hindsight's placements are not moves");
                 }
                 r.fast_hit_ratio
@@ -269,27 +285,19 @@ mod tests {
                 })
             })
             .collect();
-        let trace = MemTrace {
-            name: "moving".into(),
-            records: Arc::new(records),
-            meta: TraceMeta {
-                past_caches: true,
-                ..TraceMeta::default()
-            },
+        let [full, samples_of_all, sampled] = hit_ratios_sampled(
+            records,
+            1024 * PAGE_SIZE,
+            &[
+                (PolicyName::Hindsight, 1),
+                (PolicyName::HindsightSamples, 1),
+                (PolicyName::HindsightSamples, 4),
+            ],
+        )[..] else {
+            unreachable!()
         };
-        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
-        cfg.fast = FastSize::Bytes(1024 * PAGE_SIZE);
-        let mut hit = |policy, rate| {
-            cfg.sample_rate = rate;
-            simulate(&trace, policy, &cfg).unwrap().fast_hit_ratio
-        };
-        let full = hit(PolicyName::Hindsight, 1);
         assert!((0.66..0.67).contains(&full), "hindsight {full}");
-        assert_eq!(
-            hit(PolicyName::HindsightSamples, 1).to_bits(),
-            full.to_bits()
-        );
-        let sampled = hit(PolicyName::HindsightSamples, 4);
+        assert_eq!(samples_of_all.to_bits(), full.to_bits());
         assert!((0.33..0.41).contains(&sampled), "1 in 4: {sampled}");
     }
 

@@ -856,30 +856,40 @@ fn a_lone_sample_is_not_heat_but_repeated_samples_are() {
     );
 }
 
+/// The promotions of one plan, at 1 s, of an engine configured by `c` in front of a fast tier
+/// of `fast` bytes, all 64 MiB slow, after samples of pages of the superpage at 2 MiB: one of
+/// page `first` in the first interval (which gives the superpage its stage-2 counters), then
+/// one of each of `pages`.
+fn promotions_of_one_superpage(
+    c: TieringConfig,
+    fast: u64,
+    first: u64,
+    pages: impl IntoIterator<Item = u64>,
+) -> Vec<(u64, u64)> {
+    let mut e = Tiering::new(c).unwrap();
+    let model = TierModel::new(0, 64 * MIB, Tier::Slow, fast);
+    let sample = |page: u64| Sample {
+        addr: SUPERPAGE_SIZE + page * PAGE_SIZE,
+        kind: AccessKind::Load,
+        weight: 100_000,
+    };
+    e.observe_samples(&[sample(first)], 10 * MS);
+    let samples: Vec<Sample> = pages.into_iter().map(sample).collect();
+    e.observe_samples(&samples, 60 * MS);
+    let p = e.plan(1000 * MS, &model, &model.capacity());
+    p.moves
+        .iter()
+        .filter(|m| m.direction == Direction::Promote)
+        .map(|m| (m.start, m.len))
+        .collect()
+}
+
 #[test]
 fn a_hot_superpage_moves_whole_until_one_of_its_pages_holds_the_floor() {
     // A slow superpage, the only one sampled (so in stage 1's hot set), with four samples
     // and no full window: at a PMU's period (each sample 10^5 accesses) that is all a
     // placement ever gets to see of it.
-    let promoted = |pages: [u64; 4]| {
-        let mut e = Tiering::new(cfg()).unwrap();
-        let model = TierModel::new(0, 64 * MIB, Tier::Slow, 8 * MIB);
-        let sample = |page: u64| Sample {
-            addr: SUPERPAGE_SIZE + page * PAGE_SIZE,
-            kind: AccessKind::Load,
-            weight: 100_000,
-        };
-        // The first interval gives the superpage its stage-2 counters.
-        e.observe_samples(&[sample(0)], 10 * MS);
-        let samples: Vec<Sample> = pages.iter().map(|&p| sample(p)).collect();
-        e.observe_samples(&samples, 60 * MS);
-        let p = e.plan(1000 * MS, &model, &model.capacity());
-        p.moves
-            .iter()
-            .filter(|m| m.direction == Direction::Promote)
-            .map(|m| (m.start, m.len))
-            .collect::<Vec<_>>()
-    };
+    let promoted = |pages: [u64; 4]| promotions_of_one_superpage(cfg(), 8 * MIB, 0, pages);
     // No page holds the 3 samples a promotion needs: nothing finer than 2 MiB could move.
     assert_eq!(
         promoted([10, 10, 20, 20]),
@@ -906,22 +916,7 @@ fn a_superpage_the_fast_tier_cannot_hold_offers_its_hot_pages_instead() {
             c.policy.granularity.initial = Granularity::MIB_2;
             c.policy.granularity.fixed = true;
         }
-        let mut e = Tiering::new(c).unwrap();
-        let model = TierModel::new(0, 64 * MIB, Tier::Slow, fast);
-        let sample = |page: u64| Sample {
-            addr: SUPERPAGE_SIZE + page * PAGE_SIZE,
-            kind: AccessKind::Load,
-            weight: 100_000,
-        };
-        e.observe_samples(&[sample(10)], 10 * MS);
-        let samples: Vec<Sample> = (0..80).map(|i| sample(10 + i % 8)).collect();
-        e.observe_samples(&samples, 60 * MS);
-        let p = e.plan(1000 * MS, &model, &model.capacity());
-        p.moves
-            .iter()
-            .filter(|m| m.direction == Direction::Promote)
-            .map(|m| (m.start, m.len))
-            .collect::<Vec<_>>()
+        promotions_of_one_superpage(c, fast, 10, (0..80).map(|i| 10 + i % 8))
     };
     assert_eq!(promoted(8 * MIB, false), [(SUPERPAGE_SIZE, SUPERPAGE_SIZE)]);
     assert_eq!(
