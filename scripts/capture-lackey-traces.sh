@@ -28,7 +28,7 @@
 #
 #   perl      perl counting the words and word pairs of 6 MiB of Zipf-distributed text
 #   hashjoin  a hash join (C): an open-addressing table over 1.5 M rows of 32 bytes, probed
-#             6 M times, 80 % of the probes on a fifth of the keys
+#             6 M times, about 90 % of the probes on a fifth of the keys
 #   bfs       breadth-first search (C) from 8 roots over a uniform random graph of 2^20
 #             vertices and 8 M edges in CSR
 #   kmeans    k-means (Lloyd, C), 400,000 points of 16 floats, 64 clusters, 6 iterations
@@ -40,9 +40,11 @@
 #
 # Each program runs to its end under `setarch -R` (no address-space randomisation, so a
 # capture is reproducible on one machine). Needs: valgrind, gcc, python3, sqlite3, xz, sort, zstd,
-# redis-server (Debian: apt-get install valgrind redis-server sqlite3), and a memtide binary
-# (MEMTIDE, default target/release/memtide). Each program takes about five minutes; two
-# captures can run side by side (ONLY=...), one per core.
+# redis-server (Debian: apt-get install valgrind redis-server sqlite3; the held-out set needs
+# perl and bzip2 instead of xz, sort and redis-server), and a memtide binary (MEMTIDE, default
+# target/release/memtide). Each program takes about five minutes (the held-out ones up to 15,
+# when their trace reaches RAW_LIMIT); two captures can run side by side (ONLY=...), one per
+# core.
 #
 # usage: scripts/capture-lackey-traces.sh [OUTDIR]        (default: traces/)
 #        ONLY="kv sort" scripts/capture-lackey-traces.sh   (capture a subset)
@@ -53,6 +55,32 @@ OUT=${1:-traces}
 MEMTIDE=${MEMTIDE:-target/release/memtide}
 BASE=16
 TARGET=${TARGET:-5000000}
+CORPUS="kv sqlite xz python pagerank cc1 sort stencil"
+HOLDOUT="perl hashjoin bfs kmeans bzip2 oltp lru"
+case ${SET:=corpus} in
+corpus)
+    programs=$CORPUS
+    tools="valgrind gcc python3 sqlite3 xz sort zstd setarch"
+    ;;
+holdout)
+    programs=$HOLDOUT
+    tools="valgrind gcc python3 sqlite3 perl bzip2 zstd setarch"
+    # The corpus directory is what the suite replays and git holds.
+    [ $# -ge 1 ] && [ "$(realpath -m "$OUT")" != "$(realpath -m traces)" ] || {
+        echo "capture: SET=holdout needs an OUTDIR other than traces/ (held-out captures are never committed)" >&2
+        exit 2
+    }
+    ;;
+*)
+    echo "capture: SET=$SET: use SET=corpus (the default, traces/) or SET=holdout" >&2
+    exit 2
+    ;;
+esac
+for name in ${ONLY:-}; do
+    [[ " $programs " == *" $name "* ]] || echo "capture: ONLY: $name is not in SET=$SET ($programs): skipped" >&2
+done
+# The programs of the set, or those of ONLY among them.
+wanted() { [[ " $programs " == *" $1 "* && (-z "${ONLY:-}" || " $ONLY " == *" $1 "*) ]]; }
 mkdir -p "$OUT"
 WORK=$(mktemp -d /tmp/memtide-capture.XXXXXX)
 server=""
@@ -63,7 +91,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for tool in valgrind gcc python3 sqlite3 xz sort zstd setarch; do
+for tool in $tools; do
     command -v "$tool" >/dev/null || {
         echo "capture: missing $tool" >&2
         exit 1
@@ -73,19 +101,6 @@ done
     echo "capture: no memtide binary at $MEMTIDE (cargo build --release --bin memtide)" >&2
     exit 1
 }
-
-CORPUS="kv sqlite xz python pagerank cc1 sort stencil"
-HOLDOUT="perl hashjoin bfs kmeans bzip2 oltp lru"
-case ${SET:=corpus} in
-corpus) programs=$CORPUS ;;
-holdout) programs=$HOLDOUT ;;
-*)
-    echo "capture: SET=$SET: use SET=corpus (the default, traces/) or SET=holdout" >&2
-    exit 2
-    ;;
-esac
-# The programs of the set, or those of ONLY among them.
-wanted() { [[ " $programs " == *" $1 "* && (-z "${ONLY:-}" || " $ONLY " == *" $1 "*) ]]; }
 
 # Keeps 1 in BASE data accesses (lackey's " L", " S", " M" lines; instruction fetches
 # dropped) after the first SKIP, with lackey's header: keep BASE SKIP < raw > kept. C, not awk:
@@ -444,7 +459,7 @@ fi
 if wanted hashjoin; then
     cat >"$WORK/hashjoin.c" <<'C'
 /* Hash join: build an open-addressing table over 1.5 M rows of 32 bytes, probe with 6 M
-   keys of which most hit, drawn with a skew (80 % of probes on 20 % of keys). */
+   keys of which most hit, drawn with a skew (about 90 % of probes on 20 % of keys). */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -570,7 +585,7 @@ WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 200000)
 INSERT INTO acct SELECT (x * 48271) % 2147483647, hex(randomblob(12)), x % 1000, zeroblob(200) FROM c;
 CREATE INDEX acct_owner ON acct(owner);
 WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c WHERE x < 60000)
-INSERT INTO hist(acct, delta, at) SELECT (SELECT id FROM acct WHERE rowid = 1 + abs(random()) % 200000), x % 50, x FROM c;
+INSERT INTO hist(acct, delta, at) SELECT ((1 + abs(random()) % 200000) * 48271) % 2147483647, x % 50, x FROM c;
 UPDATE acct SET balance = balance + 1 WHERE id IN (SELECT acct FROM hist WHERE delta < 10);
 SELECT count(*), sum(balance) FROM acct a JOIN hist h ON h.acct = a.id;
 SQL

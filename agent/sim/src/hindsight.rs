@@ -29,8 +29,8 @@
 //! first touches in the fast tier while it has room, and beats it on some traces.
 //!
 //! [`Hindsight::from_samples`] knows only what memtide knows: the samples its source delivered
-//! (1 in 4 records at the suite's rate), counted once their batch has run, as memtide's engine
-//! counts them. Re-placed every batch or every so often, for nothing, it is free recency from
+//! (1 in 4 records at the suite's rate), one count each, counted once their batch has run, when
+//! memtide's engine gets them. Re-placed every batch or every so often, for nothing, it is free recency from
 //! memtide's own evidence: memtide above it ranks better, below it pays for its moves and its
 //! cadence.
 //!
@@ -81,7 +81,8 @@ enum Seen {
     /// Every record that reached memory, counted right after its batch was placed for.
     #[default]
     EveryAccess,
-    /// The samples the source delivered from the batch, as memtide's engine gets them.
+    /// The samples the source delivered from the batch, one count each, when memtide's engine
+    /// gets them.
     Samples,
 }
 
@@ -178,7 +179,9 @@ impl SimPolicy for Hindsight {
             (Seen::EveryAccess, None) => "hindsight".into(),
             (Seen::EveryAccess, Some(_)) => "hindsight-epoch".into(),
             (Seen::Samples, None) => "hindsight-samples".into(),
-            (Seen::Samples, Some(every)) => format!("hindsight-samples-{}ms", every.as_millis()),
+            (Seen::Samples, Some(every)) => {
+                format!("hindsight-samples-every-{}ms", every.as_millis())
+            }
         }
     }
 
@@ -276,7 +279,7 @@ mod tests {
     /// probability (3/4)^2, so only some 44 % of the set is known after its first batch and
     /// 68 % after its second: about 0.37.
     #[test]
-    fn hindsight_from_samples_is_hindsight_when_every_record_is_sampled() {
+    fn hindsight_from_samples_is_hindsight_with_every_record_sampled_and_knows_less_with_fewer() {
         let sets = 100;
         let records: Vec<TraceRecord> = (0..sets)
             .flat_map(|set| {

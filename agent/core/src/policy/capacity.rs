@@ -67,8 +67,8 @@ impl CapacityConfig {
         frac(cap.fast_total_bytes, 1.0 - self.high_watermark)
     }
 
-    /// The most the target can hold in the fast tier: the tier (its share of it, when it has
-    /// one) less the reserve that stays free.
+    /// The most the target can hold in the fast tier: its share of the tier (all of it without
+    /// one), and never more than the tier less the reserve that stays free.
     #[must_use]
     pub fn holdable_bytes(&self, cap: &CapacityView) -> u64 {
         cap.fast_reach_bytes()

@@ -1308,6 +1308,14 @@ fn a_huge_page_only_damon_saw_moves_whole() {
         [(sp, 2 * MIB, Granularity::MIB_2)],
         "{moves:?}"
     );
+    // In front of a fast tier that cannot hold it whole, nothing of it moves: its parts
+    // cannot be ranked either.
+    let small = TierModel::new(0, 64 * MIB, Tier::Slow, MIB).with_thp();
+    assert_eq!(
+        promotions(&small),
+        [],
+        "nothing fits and nothing finer is known"
+    );
 }
 
 #[test]

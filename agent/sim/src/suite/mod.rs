@@ -113,9 +113,17 @@ pub const EPOCHS_MS: [u64; 7] = [100, 200, 400, 800, 1600, 3200, 6400];
 /// shortest epoch, down to what a user-space agent could hardly plan at. The shortest epoch
 /// itself is `hindsight-epoch`'s, run in the real-program sections.
 pub const CADENCES_MS: [u64; 3] = [20, 5, 2];
-/// Re-placement intervals of free hindsight from the samples alone, ms (and every batch): the
-/// cadences above and memtide's shortest epoch.
-pub const SAMPLED_CADENCES_MS: [u64; 4] = [20, 10, 5, 2];
+/// The re-placement intervals of the cadence section's columns, ms, longest first: the
+/// cadences above and memtide's shortest epoch. Free hindsight from the samples alone runs at
+/// each of them (and every batch).
+#[must_use]
+pub fn cadence_columns_ms() -> Vec<u64> {
+    let min_ms = memtide_core::policy::EpochConfig::default().min_ms;
+    let mut ms: Vec<u64> = CADENCES_MS.iter().copied().chain([min_ms]).collect();
+    ms.sort_unstable_by(|a, b| b.cmp(a));
+    ms.dedup();
+    ms
+}
 /// Fast shares of the BW-AWARE sweep.
 pub const BW_SHARES: [f64; 11] = [0.0, 0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0];
 /// The single-pattern traces (and their mix) of the granularity section, under Ryoo's preset.
@@ -417,17 +425,22 @@ impl Matrix<'_> {
 
     /// I: the real programs under free hindsight at each of [`CADENCES_MS`] (the real-program
     /// sections hold it every batch and at memtide's shortest epoch), and from the samples
-    /// alone at each of [`SAMPLED_CADENCES_MS`] and every batch, at both fast-tier sizes.
+    /// alone at each of [`cadence_columns_ms`] and every batch, at both fast-tier sizes.
     fn cadence_jobs(&self, real: &[String]) -> Vec<Job> {
-        let choices = CADENCES_MS
+        let choices: Vec<Choice> = CADENCES_MS
             .map(Choice::Cadence)
             .into_iter()
-            .chain(SAMPLED_CADENCES_MS.map(|ms| Choice::SampledCadence(Some(ms))))
-            .chain([Choice::SampledCadence(None)]);
+            .chain(
+                cadence_columns_ms()
+                    .into_iter()
+                    .map(|ms| Choice::SampledCadence(Some(ms))),
+            )
+            .chain([Choice::SampledCadence(None)])
+            .collect();
         let mut jobs = Vec::new();
         for t in real {
             for (section, fast) in CADENCE_SECTIONS.with_sizes(self.base.fast) {
-                for choice in choices.clone() {
+                for &choice in &choices {
                     jobs.push(self.job(section, t, choice, (PresetName::Pmem, fast)));
                 }
             }

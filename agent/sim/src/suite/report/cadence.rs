@@ -7,7 +7,7 @@ use std::fmt::Write as _;
 use super::{Report, fill, geomean, table_header};
 use crate::{
     PolicyName,
-    suite::{CADENCE_SECTIONS, CADENCES_MS, Choice, REAL_SECTIONS, SAMPLED_CADENCES_MS},
+    suite::{CADENCE_SECTIONS, Choice, REAL_SECTIONS, cadence_columns_ms},
 };
 
 /// The section's prose, with the table filled in.
@@ -50,15 +50,11 @@ impl Report<'_> {
             return;
         }
         let min_ms = memtide_core::policy::EpochConfig::default().min_ms;
-        let mut intervals: Vec<u64> = CADENCES_MS
-            .iter()
-            .chain(&SAMPLED_CADENCES_MS)
-            .copied()
-            .chain([min_ms])
+        let columns: Vec<Option<u64>> = cadence_columns_ms()
+            .into_iter()
+            .map(Some)
+            .chain([None])
             .collect();
-        intervals.sort_unstable_by(|a, b| b.cmp(a));
-        intervals.dedup();
-        let columns: Vec<Option<u64>> = intervals.into_iter().map(Some).chain([None]).collect();
         let mut table = String::new();
         let every = columns.iter().map(|ms| match ms {
             Some(ms) => format!("every {ms} ms"),
@@ -117,9 +113,9 @@ impl Report<'_> {
 mod tests {
     use super::{
         super::{fake_run, render_section},
-        CADENCES_MS, Choice, PolicyName, SAMPLED_CADENCES_MS,
+        Choice, PolicyName, cadence_columns_ms,
     };
-    use crate::suite::Results;
+    use crate::suite::{CADENCES_MS, Results};
 
     /// Each cell reads its own runs: every run of one real trace, `a.mt`, has a hit ratio of
     /// its own, and the table must show each where its row and column say.
@@ -145,7 +141,7 @@ mod tests {
                     base + 0.020 + 0.001 * f64::from(i),
                 );
             }
-            for (i, ms) in (0..).zip(SAMPLED_CADENCES_MS) {
+            for (i, ms) in (0..).zip(cadence_columns_ms()) {
                 let label = Choice::SampledCadence(Some(ms)).label();
                 put(cadence, label, base + 0.030 + 0.001 * f64::from(i));
             }
