@@ -272,6 +272,19 @@ mod tests {
             .collect()
     }
 
+    /// `sets` hot sets of `pages` pages `stride` bytes apart, one after the other, each read in
+    /// turn for three batches.
+    fn moving_hot_set(sets: u64, pages: u64, stride: u64) -> Vec<TraceRecord> {
+        let set_bytes = pages * stride;
+        (0..sets)
+            .flat_map(|set| {
+                (0..3 * BATCH as u64 / pages).flat_map(move |_| {
+                    (0..pages).map(move |i| TraceRecord::load(BASE + set * set_bytes + i * stride))
+                })
+            })
+            .collect()
+    }
+
     /// Free hindsight from the samples alone knows what the full one knows when every record
     /// is a sample, and as early: the same placements, so the same hit ratio. A hot set of
     /// 512 pages, each read twice a batch, moves every three batches: the first batch of each
@@ -280,16 +293,8 @@ mod tests {
     /// 68 % after its second: about 0.37.
     #[test]
     fn hindsight_from_samples_is_hindsight_with_every_record_sampled_and_knows_less_with_fewer() {
-        let sets = 100;
-        let records: Vec<TraceRecord> = (0..sets)
-            .flat_map(|set| {
-                (0..3 * BATCH / 512).flat_map(move |_| {
-                    (0..512).map(move |i| TraceRecord::load(BASE + (set * 512 + i) * PAGE_SIZE * 7))
-                })
-            })
-            .collect();
         let [full, samples_of_all, sampled] = hit_ratios_sampled(
-            records,
+            moving_hot_set(100, 512, 7 * PAGE_SIZE),
             1024 * PAGE_SIZE,
             &[
                 (PolicyName::Hindsight, 1),
@@ -331,16 +336,8 @@ mod tests {
     /// as much.
     #[test]
     fn a_hot_set_moving_faster_than_an_epoch_is_lost_between_re_placements() {
-        let sets = 300;
-        let records: Vec<TraceRecord> = (0..sets)
-            .flat_map(|set| {
-                (0..3 * BATCH / 64).flat_map(move |_| {
-                    (0..64).map(move |i| TraceRecord::load(BASE + (set * 64 + i) * SUPERPAGE_SIZE))
-                })
-            })
-            .collect();
         let [per_batch, per_epoch] = hit_ratios(
-            records,
+            moving_hot_set(300, 64, SUPERPAGE_SIZE),
             128 * PAGE_SIZE,
             &[PolicyName::Hindsight, PolicyName::HindsightEpoch],
         )[..] else {
