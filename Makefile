@@ -47,7 +47,7 @@ test: bootstrap
 host-test: bootstrap-host
 	MEMTIDE_REQUIRE_PRIVILEGED=$(PRIVILEGED) $(CARGO) test -- --test-threads=1
 
-## docs/evaluation.md is what the code produces: the suite again (about 20 s), compared.
+## docs/evaluation.md is what the code produces: the suite again (about 8 minutes on 2 cores), compared.
 evaluation-check: build
 	bash scripts/check-evaluation.sh $(RELEASE_BIN)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fails when docs/evaluation.md is not what the code produces: regenerates the whole suite
-# (its command is in the report; about 20 s on 2 cores) into a scratch directory with the
+# (its command is in the report; about 8 minutes on 2 cores) into a scratch directory with the
 # committed VM comparison, and compares the two pages line by line, apart from the line giving
 # the suite's own run time. The suite is deterministic from its seeds, so any other difference
 # means a change to the engine, the planner, a baseline, the model or the report that the

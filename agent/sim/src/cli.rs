@@ -5,6 +5,7 @@ use std::{
     fs::File,
     io::{BufWriter, Write as _},
     path::{Path, PathBuf},
+    sync::Arc,
 };
 
 use anyhow::{Context as _, anyhow, bail};
@@ -17,7 +18,10 @@ use super::{
     run::{FastSize, SimConfig},
     sampler::SamplerName,
     suite::{SuiteArgs, run_suite},
-    trace::{FileTrace, Format, RecordSource, TraceMeta, TraceSpec as _, native::NativeWriter},
+    trace::{
+        FileTrace, Format, RecordSource, TraceMeta, TraceSpec as _, native::NativeWriter,
+        repeat::Repeated,
+    },
     workload::{GenSpec, Generator, Workload},
 };
 
@@ -82,6 +86,12 @@ pub struct SimArgs {
     /// Seed of the sampling.
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+
+    /// Replay the trace this many times back to back: a long steady state, whose hot set a
+    /// sparse sampler samples as a longer run would (first touch places memory once; every pass
+    /// repeats the program's start-up). Default 1.
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "suite")]
+    pub repeat: u32,
 
     /// Print one JSON object.
     #[arg(long)]
@@ -336,11 +346,18 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     if let Some(file) = &args.engine_config {
         cfg.engine_overrides = Some(engine_overrides(file, policy, &preset)?);
     }
-    let spec = FileTrace {
+    if args.repeat == 0 {
+        bail!("--repeat 0: a replay passes through the trace at least once (1, the default)");
+    }
+    let file = FileTrace {
         path: path.clone(),
         format: args.format,
         lenient: args.lenient,
         record_weight: args.record_weight,
+    };
+    let spec = Repeated {
+        inner: Arc::new(file),
+        passes: args.repeat,
     };
     let r = super::simulate(&spec, policy, &cfg).with_context(|| {
         let with = args.engine_config.as_ref().map_or(String::new(), |f| {

@@ -16,6 +16,8 @@ const COLORS: [&str; 12] = [
 ];
 /// Largest over smallest value beyond which a y axis is logarithmic.
 pub const LOG_SPAN: f64 = 5.0;
+/// Decades of a log axis beyond which it ticks at powers of ten only.
+const MANY_DECADES: i32 = 3;
 /// Roughly this many ticks per axis.
 const TICKS: f64 = 5.0;
 /// Width of one character of the 9 px category labels, px (for the room they need).
@@ -88,12 +90,18 @@ impl Axis {
         }
     }
 
-    /// A log axis over positive `[lo, hi]`, ticks at 1, 2 and 5 × 10^k.
+    /// A log axis over positive `[lo, hi]`, ticks at 1, 2 and 5 × 10^k (at 10^k alone over
+    /// more than [`MANY_DECADES`] decades, where the others would crowd their labels).
     fn log(lo: f64, hi: f64) -> Self {
         let (k0, k1) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+        let mantissas: &[f64] = if k1 - k0 > MANY_DECADES {
+            &[1.0]
+        } else {
+            &[1.0, 2.0, 5.0]
+        };
         let mut ticks = Vec::new();
         for k in k0..=k1 {
-            for m in [1.0, 2.0, 5.0] {
+            for &m in mantissas {
                 let v = m * 10f64.powi(k);
                 if v >= lo * (1.0 - 1e-9) && v <= hi * (1.0 + 1e-9) {
                     ticks.push((v, tick_label(v, 10f64.powi(k))));
@@ -252,6 +260,29 @@ impl Frame {
 /// A line chart with markers and a legend, over a numeric x.
 #[must_use]
 pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    chart(title, (x_label, y_label), series, Axis::linear)
+}
+
+/// [`line_chart`] over a positive x on a log scale (ticks at 1, 2 and 5 × 10^k); points at
+/// x ≤ 0 are left out.
+#[must_use]
+pub fn line_chart_log_x(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> String {
+    let positive: Vec<Series> = series
+        .iter()
+        .map(|s| Series {
+            name: s.name.clone(),
+            points: s.points.iter().copied().filter(|p| p.0 > 0.0).collect(),
+        })
+        .collect();
+    chart(title, (x_label, y_label), &positive, Axis::log)
+}
+
+fn chart(
+    title: &str,
+    (x_label, y_label): (&str, &str),
+    series: &[Series],
+    x_axis: fn(f64, f64) -> Axis,
+) -> String {
     let finite = |&(x, y): &(f64, f64)| x.is_finite() && y.is_finite();
     let points = || {
         series
@@ -269,7 +300,7 @@ pub fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Series]) 
     let x = if x0 > x1 {
         Axis::linear(0.0, 1.0)
     } else {
-        Axis::linear(x0, x1)
+        x_axis(x0, x1)
     };
     let sx = |v: f64| LEFT + x.fraction(v) * Frame::plot_width();
     let mut o = String::new();
@@ -416,6 +447,28 @@ mod tests {
         assert!(log.log);
         assert_eq!(labels(&log), ["1", "2", "5", "10"]);
         assert!((log.fraction(1.0)).abs() < 1e-9 && (log.fraction(10.0) - 1.0).abs() < 1e-9);
+    }
+
+    #[test]
+    fn a_log_x_chart_ticks_whole_powers_and_leaves_out_what_it_cannot_place() {
+        let series = [Series {
+            name: "memtide".into(),
+            points: vec![(0.0, 1.5), (4.0, 1.1), (1024.0, 1.2), (32768.0, 1.4)],
+        }];
+        let s = line_chart_log_x("t", "records per sample", "y", &series);
+        // Powers of ten, and the round values the range starts and ends at.
+        for label in [">2<", ">10<", ">100<", ">1000<", ">10000<", ">50000<"] {
+            assert!(s.contains(label), "{label} missing: {s}");
+        }
+        assert!(!s.contains(">20<") && !s.contains(">5000<"), "{s}");
+        assert_eq!(s.matches("<circle").count(), 3, "x = 0 has no place: {s}");
+        // Over three decades or fewer the 2s and 5s tick too.
+        let labels: Vec<String> = Axis::log(4.0, 500.0)
+            .ticks
+            .into_iter()
+            .map(|t| t.1)
+            .collect();
+        assert_eq!(labels, ["2", "5", "10", "20", "50", "100", "200", "500"]);
     }
 
     #[test]

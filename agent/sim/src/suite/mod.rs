@@ -2,7 +2,17 @@
 //! ([`report`]: docs/evaluation.md plus SVG plots). Every number in the report is computed from
 //! the runs; nothing is typed in by hand.
 
+mod density;
+mod long;
 mod report;
+
+pub use self::{
+    density::{
+        DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
+        PRODUCTION_SAMPLE_RATE,
+    },
+    long::{LONG_PASSES, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER, LONG_SAMPLING, LONG_TRACES},
+};
 
 use std::{
     collections::BTreeMap,
@@ -153,6 +163,9 @@ enum Choice {
     SampledCadence(Option<u64>),
     /// memtide's engine (as the variant sets it up) counting in intervals of this many ms.
     Interval(u64, EngineVariant),
+    /// A sampling policy with its samples from this source at this sample rate (the density
+    /// sweep; `hindsight-samples` at memtide's shortest epoch).
+    Density(PolicyName, SamplerName, u32),
 }
 
 /// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
@@ -172,6 +185,7 @@ impl Choice {
             Self::SampledCadence(Some(ms)) => format!("hindsight-samples-every-{ms}ms"),
             Self::SampledCadence(None) => "hindsight-samples-every-batch".to_owned(),
             Self::Interval(ms, variant) => format!("interval-{ms}ms/{}", variant.label()),
+            Self::Density(p, s, rate) => format!("{}/{}/{rate}", p.name(), s.name()),
         }
     }
 }
@@ -192,7 +206,10 @@ fn build(job: &Job) -> anyhow::Result<Box<dyn SimPolicy>> {
         .footprint
         .context("footprint measured before the jobs")?;
     Ok(match job.choice {
-        Choice::Named(p) | Choice::Period(p, _) => make_policy(
+        Choice::Density(PolicyName::HindsightSamples, ..) => {
+            Box::new(density::hindsight_at_shortest_epoch())
+        }
+        Choice::Named(p) | Choice::Period(p, _) | Choice::Density(p, ..) => make_policy(
             p,
             &preset,
             &*job.trace,
@@ -257,19 +274,29 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
         .collect();
     let real = real_traces(&args.traces)?;
     let real_names: Vec<String> = real.iter().map(|t| t.name()).collect();
+    let long = long::long_traces(&real);
+    let long_names: Vec<String> = long.iter().map(|t| t.name()).collect();
     traces.extend(real);
 
-    eprintln!("measuring footprints of {} traces", traces.len());
+    eprintln!(
+        "measuring footprints of {} traces",
+        traces.len() + long.len()
+    );
     let mut footprints = BTreeMap::new();
-    for t in &traces {
+    for t in traces.iter().chain(&long) {
         footprints.insert(t.name(), run::measure_footprint(&**t)?);
     }
     let matrix = Matrix {
-        by_name: traces.iter().map(|t| (t.name(), Arc::clone(t))).collect(),
+        by_name: traces
+            .iter()
+            .chain(&long)
+            .map(|t| (t.name(), Arc::clone(t)))
+            .collect(),
         footprints: &footprints,
         base,
     };
-    let jobs = matrix.jobs(&traces, &real_names);
+    let mut jobs = matrix.jobs(&traces, &real_names);
+    jobs.extend(matrix.long_jobs(&long_names));
     let results = execute(&jobs, args.jobs)?;
     let elapsed = started.elapsed().as_secs_f64();
     let dir = args.out.join("evaluation");
@@ -279,6 +306,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
         footprints: &footprints,
         traces: traces.iter().map(|t| t.name()).collect(),
         real: real_names,
+        long: long_names,
         args,
         base,
         elapsed,
@@ -383,6 +411,7 @@ impl Matrix<'_> {
         jobs.extend(self.period_jobs(real));
         jobs.extend(self.cadence_jobs(real));
         jobs.extend(self.interval_jobs(real));
+        jobs.extend(self.density_jobs(real));
         jobs
     }
 

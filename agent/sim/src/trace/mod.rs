@@ -12,6 +12,7 @@
 pub mod lackey;
 pub mod native;
 pub mod perf;
+pub mod repeat;
 
 use std::{
     fs::File,

@@ -4,15 +4,17 @@
 //! each section of the page is one method: the checks the seed papers predict ([`checks`]), the
 //! tables and plots ([`tables`]), the real programs ([`real`]), what re-placing them more
 //! often could give ([`cadence`]) or counting in shorter intervals ([`interval`]), and the
-//! same at PMU-scale sampling periods ([`periods`]),
+//! same at PMU-scale sampling periods ([`periods`]) and across sample densities ([`density`]),
 //! and the diagnosis of where memtide falls short
 //! ([`diagnostics`]).
 
 mod cadence;
 mod calibration;
 mod checks;
+mod density;
 mod diagnostics;
 mod interval;
+mod long;
 mod periods;
 mod real;
 mod samplers;
@@ -36,6 +38,8 @@ pub(super) struct Report<'a> {
     pub(super) footprints: &'a BTreeMap<String, Footprint>,
     pub(super) traces: Vec<String>,
     pub(super) real: Vec<String>,
+    /// The long steady states: the server-like real programs replayed several times.
+    pub(super) long: Vec<String>,
     pub(super) args: &'a SuiteArgs,
     pub(super) base: &'a SimConfig,
     pub(super) elapsed: f64,
@@ -95,6 +99,8 @@ impl Report<'_> {
         self.other_presets(&mut o);
         self.samplers(&mut o);
         self.pmu_periods(&mut o);
+        self.density(&mut o, dir)?;
+        self.long_steady_states(&mut o);
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
         o.push_str(&vm_comparison(&self.args.out, self.base)?);
@@ -291,6 +297,7 @@ fn render_section(
         footprints: &BTreeMap::new(),
         traces: Vec::new(),
         real: real.iter().map(|t| (*t).to_owned()).collect(),
+        long: Vec::new(),
         args: &args,
         base: &base,
         elapsed: 0.0,

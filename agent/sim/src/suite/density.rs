@@ -1,0 +1,70 @@
+//! K: the density sweep. The real programs under every sampling policy at sample densities from
+//! one sample per a hundred-odd LLC misses to four times sparser than the agent's shipped
+//! defaults give a busy server, under the two PMU samplers, at both fast-tier sizes. The
+//! page-table baselines (TPP, DAMON, no migration) sample nothing: the real-program sections
+//! hold their runs, the references of every row.
+
+use std::time::Duration;
+
+use super::{Choice, Job, Matrix, TwoSizes};
+use crate::{PolicyName, hindsight::Hindsight, model::PresetName, sampler::SamplerName};
+
+/// The sweep's densities, one sample per this many records that reach memory (`--sample-rate`).
+/// At the corpus's record weights (16 or 32 accesses each, every one past the LLC model) they
+/// run from one sample per 64-128 LLC misses (the rest of the page's 4) to one per 0.5-1 M.
+pub const DENSITY_RATES: [u32; 5] = [4, 64, 1024, 8192, 32768];
+/// The production density: what the agent's shipped defaults give a busy 32-CPU server, about
+/// one sample per 128,000 LLC misses (1 % of one core for the whole agent at 2 µs a sample,
+/// 64 PEBS streams at about 78 samples/s each: load period 256,000), which at the corpus's
+/// record weights is one sample per 4,000 to 8,000 records.
+pub const PRODUCTION_SAMPLE_RATE: u32 = 8192;
+/// The samplers of the sweep: the two that draw from a PMU.
+pub const DENSITY_SAMPLERS: [SamplerName; 2] = [SamplerName::Pebs, SamplerName::Ibs];
+/// The policies that learn from samples. `hindsight-samples` runs here at memtide's shortest
+/// epoch: free re-placement from the very samples memtide got, at the cadence it can act on.
+pub const DENSITY_POLICIES: [PolicyName; 7] = [
+    PolicyName::Memtide,
+    PolicyName::Static4k,
+    PolicyName::Static64k,
+    PolicyName::Static2m,
+    PolicyName::Hemem,
+    PolicyName::Memtis,
+    PolicyName::HindsightSamples,
+];
+/// The baselines that sample nothing, read from the real-program sections.
+pub const DENSITY_REFERENCES: [PolicyName; 3] =
+    [PolicyName::Tpp, PolicyName::Damon, PolicyName::NoMigration];
+pub(crate) const DENSITY_SECTIONS: TwoSizes = TwoSizes {
+    small: "density-small",
+    main: "density",
+};
+
+/// `hindsight-samples` at memtide's shortest epoch, as the sweep runs it.
+pub(super) fn hindsight_at_shortest_epoch() -> Hindsight {
+    let min_ms = memtide_core::policy::EpochConfig::default().min_ms;
+    Hindsight::from_samples(Some(Duration::from_millis(min_ms)))
+}
+
+impl Matrix<'_> {
+    /// K: every real program under [`DENSITY_POLICIES`] at each of [`DENSITY_RATES`] under
+    /// each of [`DENSITY_SAMPLERS`], at both fast-tier sizes.
+    pub(super) fn density_jobs(&self, real: &[String]) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for t in real {
+            for (section, fast) in DENSITY_SECTIONS.with_sizes(self.base.fast) {
+                for sampler in DENSITY_SAMPLERS {
+                    for rate in DENSITY_RATES {
+                        for p in DENSITY_POLICIES {
+                            let choice = Choice::Density(p, sampler, rate);
+                            let mut job = self.job(section, t, choice, (PresetName::Pmem, fast));
+                            job.cfg.sampler = sampler;
+                            job.cfg.sample_rate = rate;
+                            jobs.push(job);
+                        }
+                    }
+                }
+            }
+        }
+        jobs
+    }
+}
