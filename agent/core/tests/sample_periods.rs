@@ -1,9 +1,11 @@
-//! The magnitude of the sampling period must not change a decision. PEBS samples loads and
-//! stores at periods such as 64,000 and 1,600,000 (the 1:25 split memtide starts at), IBS
-//! samples ops at 128,000:
-//! one sample stands for that many accesses. The engine counts samples as evidence and uses the
-//! period only to turn counts into traffic, so one stream of samples planned at those periods
-//! promotes the pages it promotes at period 1.
+//! The magnitude of the sampling period changes a decision only through the traffic it stands
+//! for. PEBS samples loads and stores at periods such as 64,000 and 1,600,000 (the 1:25 split
+//! memtide starts at), IBS samples ops at 128,000: one sample stands for that many accesses.
+//! The engine counts samples as evidence and the period turns counts into traffic, which
+//! Eq. (1) weighs against what a move costs (a whole superpage needs no more than that). So
+//! one stream of samples planned at those periods, with every access worth the period's
+//! fraction of what it is worth at period 1, promotes the pages it promotes at period 1: the
+//! same traffic times latency, the same costs.
 //!
 //! These fail on a80283f, where the period was added into 16-bit stage-1 and 15-bit stage-2
 //! counters: one sample saturated a superpage and no 4 KiB page could gather
@@ -86,10 +88,21 @@ fn at(samples: &[Sample], p: Periods) -> Vec<Sample> {
         .collect()
 }
 
-/// Plans the stream every 20 intervals against a tier model whose fast tier holds `fast` bytes;
-/// returns the plans (applied to the model as they come).
-fn plans(batches: &[Vec<Sample>], p: Periods, fast: u64) -> Vec<Plan> {
+/// Plans the stream every 20 intervals against a tier model whose fast tier holds `fast` bytes,
+/// each access worth `1 / per_access` of the default latencies' (the same traffic times latency
+/// at `per_access` times the period); returns the plans (applied to the model as they come).
+fn plans(batches: &[Vec<Sample>], p: Periods, fast: u64, per_access: f64) -> Vec<Plan> {
     let mut config = TieringConfig::default();
+    let b = &mut config.policy.benefit;
+    for ns in [
+        &mut b.fast_read_ns,
+        &mut b.fast_write_ns,
+        &mut b.slow_read_ns,
+        &mut b.slow_write_ns,
+        &mut b.split_access_ns,
+    ] {
+        *ns /= per_access;
+    }
     // A fixed epoch of the 20 intervals between plans.
     config.policy.epoch.adaptive = false;
     config.policy.epoch.initial_ms = 20 * INTERVAL_MS;
@@ -138,8 +151,9 @@ fn promoted_pages(plans: &[Plan]) -> BTreeSet<u64> {
 fn assert_same_decisions(write_share: f64, reference: Periods, sampled: Periods) {
     let (batches, hot) = stream(write_share, 120);
     for fast in [64 * MIB, MIB] {
-        let want = plans(&batches, reference, fast);
-        let got = plans(&batches, sampled, fast);
+        let want = plans(&batches, reference, fast, 1.0);
+        let scale = f64::from(sampled.load) / f64::from(reference.load);
+        let got = plans(&batches, sampled, fast, scale);
         let promoted = promoted_pages(&want);
         let hot_promoted = hot.iter().filter(|p| promoted.contains(p)).count();
         let room = (fast / PAGE_SIZE) as usize;
@@ -194,8 +208,8 @@ fn pebs_periods_promote_the_hot_pages_when_the_fast_tier_holds_them() {
     // the promotions, but with room for the whole hot set the same pages end up fast.
     let (batches, hot) = stream(0.3, 120);
     let fast = 256 * MIB;
-    let want = promoted_pages(&plans(&batches, PERIOD_ONE, fast));
-    let got = promoted_pages(&plans(&batches, PEBS, fast));
+    let want = promoted_pages(&plans(&batches, PERIOD_ONE, fast, 1.0));
+    let got = promoted_pages(&plans(&batches, PEBS, fast, f64::from(PEBS.load)));
     let hot: BTreeSet<u64> = hot.into_iter().collect();
     assert!(hot.is_subset(&want), "period 1 promotes every hot page");
     assert!(
@@ -204,4 +218,36 @@ fn pebs_periods_promote_the_hot_pages_when_the_fast_tier_holds_them() {
         hot.difference(&got).count(),
         hot.len()
     );
+}
+
+/// Plans once after a single sampled load of one superpage standing for `weight` accesses, with
+/// the whole target slow and room for it in the fast tier; returns the plan's moves.
+fn moves_after_one_sample(weight: u32) -> Vec<(u64, u64, Direction, Granularity)> {
+    let mut tiering = Tiering::new(TieringConfig::default()).unwrap();
+    let model = TierModel::new(0, GIB, Tier::Slow, 64 * MIB);
+    let addr = 300 * MIB + 12 * PAGE_SIZE;
+    let sample = Sample {
+        addr,
+        kind: AccessKind::Load,
+        weight,
+    };
+    tiering.observe_samples(&[sample], Duration::from_millis(5));
+    // Past the interval's close, so the plan reads it.
+    let plan = tiering.plan(Duration::from_millis(45), &model, &model.capacity());
+    moves(std::slice::from_ref(&plan))
+}
+
+#[test]
+fn one_sample_at_a_pmu_period_moves_its_superpage_whole_and_one_at_a_dense_rate_does_not() {
+    // At PEBS's load period one sample stands for 64,000 accesses, far more than copying 2 MiB
+    // costs (about 6,400 reads' worth at the default latencies): the superpage moves whole.
+    // The samples cannot tell which of its pages carry the traffic, so nothing finer moves.
+    let superpage = 300 * MIB;
+    assert_eq!(
+        moves_after_one_sample(PEBS.load),
+        vec![(superpage, 2 * MIB, Direction::Promote, Granularity::MIB_2)]
+    );
+    // At a dense rate the same lone sample stands for a few accesses: a stray one, not worth
+    // the copy, and too little to rank the page it landed on.
+    assert_eq!(moves_after_one_sample(4), vec![]);
 }

@@ -66,9 +66,12 @@ pub struct BenefitConfig {
     /// A move that reverses one made at most this many epochs earlier counts as ping-pong. It
     /// must exceed the hysteresis (which forbids faster reversals). Default 8.
     pub pingpong_window_epochs: u64,
-    /// A promotion candidate needs counts worth at least this many samples. With sampling, one
-    /// sample on a page is as likely a stray access as heat: ranking by a lone sample swaps
-    /// cold pages in and out every epoch. DAMON's unit is one `nr_accesses` of one page.
+    /// A promotion candidate smaller than a superpage needs counts worth at least this many
+    /// samples. With sampling, one sample on a page is as likely a stray access as heat:
+    /// ranking by a lone sample swaps cold pages in and out every epoch. A whole superpage
+    /// needs one: Eq. (1) weighs the traffic its samples stand for against the 2 MiB copy,
+    /// which keeps a stray sample at a dense rate out and lets a PMU's sample (10^4 to 10^6
+    /// accesses) in. DAMON's unit is one `nr_accesses` of one page.
     /// The epoch controller asks the same of a payback verdict: moves that cost less than
     /// this many sampled reads get none. Default 3.
     pub min_samples: u32,

@@ -159,6 +159,10 @@ pub struct ScanRegion {
     pub coverage: Option<f64>,
     /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses).
     pub hot: bool,
+    /// Its stage-1 count is below the hot set's cut-off by more than sampling noise
+    /// ([`below_beyond_noise`]): being outside the hot set is evidence of being colder. Where
+    /// the cut falls between counts of one and two samples (a PMU's period) it is not.
+    pub colder_than_hot: bool,
     /// One of its pages holds the samples a promotion needs (`benefit.min_samples`): its pages
     /// can move one by one.
     pub page_at_floor: bool,
@@ -177,6 +181,42 @@ pub struct ScanRegion {
 /// pages seen before. 32 hot pages give about 0.86 over a 64-sample window, 512 about 0.12.
 pub const SPARSE_COVERAGE: f64 = 0.5;
 
+/// The significance level of "colder than the hot set": a count whose chance of being that low
+/// or lower, were the superpage as hot as the hot set's coolest member, is below this.
+pub const NOISE_LEVEL: f64 = 0.05;
+
+/// Cut-offs above which [`below_beyond_noise`] reads the Poisson tail from its normal
+/// approximation (within a count of the exact test there).
+const EXACT_POISSON_UP_TO: u32 = 100;
+/// The standard normal quantile of [`NOISE_LEVEL`].
+const NOISE_Z: f64 = 1.645;
+
+/// Whether `count` samples are below `cutoff` by more than sampling noise: under a Poisson
+/// count with the cut-off's mean, `count` or fewer has a chance below [`NOISE_LEVEL`]. Cooled
+/// counts vary less than a Poisson count of the same mean (a halved sum of them), so the test
+/// errs towards "not colder". With the cut-off at 3 only a count of 0 is colder; at 10, up to 4.
+/// Integer powers and a square root only: the core links into C programs (memtide-hint) that
+/// are not linked against libm.
+#[must_use]
+pub fn below_beyond_noise(count: u32, cutoff: u32) -> bool {
+    if count >= cutoff {
+        return false;
+    }
+    let mean = f64::from(cutoff);
+    if cutoff > EXACT_POISSON_UP_TO {
+        // Continuity-corrected normal approximation of the lower tail.
+        return f64::from(count) + 0.5 - mean < -NOISE_Z * mean.sqrt();
+    }
+    let exponent = i32::try_from(cutoff).unwrap_or(i32::MAX);
+    let mut term = std::f64::consts::E.powi(-exponent);
+    let mut at_most = term;
+    for i in 1..=count {
+        term *= mean / f64::from(i);
+        at_most += term;
+    }
+    at_most < NOISE_LEVEL
+}
+
 /// Consecutive counting intervals with samples that make a superpage's heat lasting: its
 /// reuse spans at least one whole interval (the middle one), which a sweep moving on within an
 /// interval cannot show. From 2 to 8 the real-program corpus's geometric means move by 0.2 %
@@ -194,16 +234,23 @@ impl ScanRegion {
     /// new page and whose samples came and went within an interval or two is as likely touched
     /// in passing (a sweep) as warm: only the pages its samples resolve move, one by one, by
     /// the floor. Where the fast tier cannot hold it beside the hotter ones, moving it whole
-    /// evicts hotter data. Before a window fills the samples cannot tell heat on a few pages
-    /// from heat on all 512, and moving 2 MiB for a few hot pages costs 512 times the move of
-    /// one: a hot superpage moves whole only while none of its pages holds the floor (nothing
-    /// finer could move: a PMU's period, or data spread too thin for a page to stand out);
-    /// once one does, its pages move one by one until a window tells.
+    /// evicts hotter data.
+    ///
+    /// Before a window fills the samples cannot tell heat on a few pages from heat on all 512,
+    /// and moving 2 MiB for a few hot pages costs 512 times the move of one: a superpage moves
+    /// whole only while none of its pages holds the floor (nothing finer could move); once one
+    /// does, its pages move one by one until a window tells. Nor can its samples tell lasting
+    /// heat from a sweep passing through, so it must not be colder than stage 1's hot set by
+    /// more than sampling noise (`colder_than_hot`). Membership of the hot set itself is not
+    /// the test: at a PMU's period, with one or two samples per superpage in seconds, the cut
+    /// falls between counts of one and two, and requiring it kept memtide from moving most
+    /// sampled superpages at production density. What a whole move would bring in is then
+    /// Eq. (1)'s call on the traffic the samples stand for.
     #[must_use]
     pub fn shows_heat(&self) -> bool {
         match self.coverage {
             Some(_) => self.hot || self.resolves_pages() || (self.lasting && self.fits_fast),
-            None => self.hot && !self.page_at_floor,
+            None => !self.colder_than_hot && !self.page_at_floor,
         }
     }
 

@@ -17,6 +17,7 @@ fn slow_region(sp: u64, accessed: [u64; 8]) -> ScanRegion {
         density_scale: 1.0,
         coverage: None,
         hot: true,
+        colder_than_hot: false,
         fits_fast: true,
         lasting: false,
         page_at_floor: false,
@@ -67,6 +68,7 @@ fn move_out_lowers_only_for_sparse_fast_data() {
         density_scale: 1.0,
         coverage: None,
         hot: true,
+        colder_than_hot: false,
         fits_fast: true,
         lasting: false,
         page_at_floor: false,
@@ -236,13 +238,37 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
     assert!(cfg.moves_whole(Granularity::KIB_4, &sweep));
     // Outside stage 1's hot set the same samples are too little to move 2 MiB for.
     assert!(!cfg.moves_whole(Granularity::KIB_4, &ScanRegion { hot: false, ..thin }));
-    assert!(!cfg.moves_whole(
-        Granularity::KIB_4,
-        &ScanRegion {
-            hot: false,
-            ..young
-        }
-    ));
+    let young_cold = ScanRegion {
+        hot: false,
+        colder_than_hot: true,
+        ..young
+    };
+    assert!(!cfg.moves_whole(Granularity::KIB_4, &young_cold));
+    // Unless it is outside the hot set by no more than sampling noise (one sample against a
+    // cut-off of two at a PMU's period): whether the move pays is Eq. (1)'s, on the samples'
+    // traffic...
+    let unranked = ScanRegion {
+        colder_than_hot: false,
+        ..young_cold
+    };
+    assert!(unranked.shows_heat());
+    assert!(cfg.moves_whole(Granularity::KIB_4, &unranked));
+    // ...while none of its pages holds the floor, and before a window fills.
+    for not_whole in [
+        ScanRegion {
+            page_at_floor: true,
+            ..unranked
+        },
+        ScanRegion {
+            coverage: Some(0.12),
+            ..unranked
+        },
+    ] {
+        assert!(
+            !cfg.moves_whole(Granularity::KIB_4, &not_whole),
+            "{not_whole:?}"
+        );
+    }
     // Unless its heat lasts and ranks it among the superpages the fast tier can hold: warm
     // in place, spread too thin for a page to reach the floor, it moves whole...
     let warm = ScanRegion {
@@ -253,7 +279,8 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
     assert!(cfg.moves_whole(Granularity::KIB_4, &warm));
     // ...but not where the fast tier cannot hold it beside hotter ones, not while its samples
     // have come and gone within fewer intervals (a sweep passing through), not before a
-    // window fills, and not when the window shows it sparse.
+    // window fills where stage 1 finds it colder than the hot set, and not when the window
+    // shows it sparse.
     for not_whole in [
         ScanRegion {
             fits_fast: false,
@@ -265,6 +292,7 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
         },
         ScanRegion {
             coverage: None,
+            colder_than_hot: true,
             ..warm
         },
         ScanRegion {
@@ -288,6 +316,29 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
         }
         .samples_show_sparse()
     );
+}
+
+#[test]
+fn colder_than_the_hot_set_means_beyond_poisson_noise() {
+    use super::below_beyond_noise;
+    // At a PMU's period the cut falls at one or two samples: nothing below it is colder.
+    assert!(!below_beyond_noise(0, 1));
+    assert!(!below_beyond_noise(1, 2));
+    assert!(!below_beyond_noise(0, 2), "P(0 | 2) = 0.135");
+    // P(0 | 3) = 0.0498: at a cut-off of three only an unsampled superpage is colder.
+    assert!(below_beyond_noise(0, 3));
+    assert!(!below_beyond_noise(1, 3));
+    // At a dense rate's cut-off of ten, four is colder (P = 0.029) and five is not (0.067).
+    assert!(below_beyond_noise(4, 10));
+    assert!(!below_beyond_noise(5, 10));
+    // At or above the cut-off it is in the hot set.
+    assert!(!below_beyond_noise(10, 10) && !below_beyond_noise(11, 10));
+    // Past the exact test's range the normal tail: 2 sigma under is colder, 1 sigma is not.
+    assert!(!below_beyond_noise(380, 400) && below_beyond_noise(360, 400));
+    assert!(!below_beyond_noise(99_700, 100_000) && below_beyond_noise(99_000, 101_000));
+    // The two agree where they meet: at a cut-off of 100, 83 is colder (P = 0.047), 84 not.
+    assert!(below_beyond_noise(83, 100) && !below_beyond_noise(84, 100));
+    assert!(below_beyond_noise(83, 101) && !below_beyond_noise(85, 101));
 }
 
 #[test]
@@ -327,6 +378,7 @@ fn fixed_granularity_never_changes_and_ignores_density() {
             density_scale: 1.0,
             coverage: Some(1.0),
             hot: true,
+            colder_than_hot: false,
             fits_fast: true,
             lasting: false,
             page_at_floor: false,

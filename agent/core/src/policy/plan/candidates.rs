@@ -7,7 +7,7 @@ use crate::{
     policy::{
         CapacityView, PlacementView, PolicyConfig,
         benefit::CostModel,
-        granularity::{LASTING_INTERVALS, ScanRegion},
+        granularity::{LASTING_INTERVALS, ScanRegion, below_beyond_noise},
         rw::{self, WritePrediction},
         splits_huge,
     },
@@ -52,7 +52,7 @@ struct RegionCtx<'a> {
     slow: PageMask,
     /// Pages demoted within the hysteresis window.
     blocked: &'a PageMask,
-    /// Samples a candidate needs (`benefit.min_samples`).
+    /// Samples a part of the superpage needs (`benefit.min_samples`).
     min_counts: f64,
     class: WritePrediction,
     /// Moving part of it splits a huge page.
@@ -242,7 +242,18 @@ impl Planner {
             traffic += cr + cw * ctx.write_factor;
         }
         let benefit = costs.eq1(reads, writes, need);
-        (counts >= ctx.min_counts && benefit > self.threshold.for_bytes(need)).then(|| Candidate {
+        // A part must show heat of its own, apart from its neighbours', and that takes repeated
+        // samples on it (`benefit.min_samples`). A whole superpage's evidence is the traffic
+        // its samples stand for, which Eq. (1) weighs against copying 512 pages: at a dense
+        // rate a lone sample stands for far fewer accesses than that costs, at a PMU's period
+        // (10^4 to 10^6 accesses) for far more, and a floor counted in samples kept every
+        // superpage from moving there (one sample per superpage in seconds).
+        let floor = if pages == SUBPAGES {
+            f64::MIN_POSITIVE
+        } else {
+            ctx.min_counts
+        };
+        (counts >= floor && benefit > self.threshold.for_bytes(need)).then(|| Candidate {
             sp: ctx.sp,
             start: superpage_base(ctx.sp) + start_page as u64 * PAGE_SIZE,
             gran,
@@ -295,6 +306,10 @@ fn scan_region(
         coverage: hot.sample_coverage(slot),
         sampled,
         hot: rec.is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
+        colder_than_hot: below_beyond_noise(
+            rec.map_or(0, |rec| hot.accesses(rec)),
+            hot.hot_cutoff.max(1),
+        ),
         fits_fast: rec.is_some_and(|rec| hot.accesses(rec) >= bars.fits_fast),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
         page_at_floor: {
