@@ -14,7 +14,11 @@
 //!   first, while fast-tier use is under the 99.7 % goal, `young` pages only;
 //!   `migrate_cold` — fast-tier data of regions with a 0 % access rate, oldest first, while
 //!   fast-tier free memory is under the 0.5 % goal, non-`young` pages only.
-//! - Migration is per folio: a THP moves whole, a split superpage per 4 KiB page.
+//! - Migration is per folio: a THP moves whole, a split superpage per 4 KiB page. A THP whose
+//!   2 MiB does not fit in the fast tier is split and its 4 KiB pages move while room lasts, as
+//!   the kernel's `migrate_pages` does for DAMOS (it would otherwise never move: a first-touch
+//!   fill leaves under 2 MiB free but more than `migrate_cold`'s 0.5 % goal, so no scheme ever
+//!   makes room).
 //! - **Accessed bits as the kernel keeps them.** A PMD-mapped huge page has one accessed bit:
 //!   any access to it sets it, and DAMON's mkold of any of its pages clears it for all 512.
 //!   The `young` filter reads a folio's bit and clears it when set, as the kernel's does.
@@ -358,8 +362,19 @@ impl Damon {
                     // The young filter reads the folio's bit and clears it (mkold), as
                     // DAMOS filters do: one bit for the whole PMD-mapped huge page.
                     if in_from && young.is_none_or(|y| young_filter(model, base) == y) {
-                        moved +=
-                            model.migrate(base, SUPERPAGE_SIZE, to, SUPERPAGE_SIZE, now_ms) as f64;
+                        let whole = to == Tier::Slow || model.fast_free_bytes() >= SUPERPAGE_SIZE;
+                        let bytes = if whole {
+                            model.migrate(base, SUPERPAGE_SIZE, to, SUPERPAGE_SIZE, now_ms)
+                        } else {
+                            // No 2 MiB target on the fast node: migrate_pages() splits the THP
+                            // (-ENOMEM on a large folio, reason MR_DAMON, not MR_NUMA_MISPLACED:
+                            // mm/migrate.c migrate_pages_batch) and moves its base pages while
+                            // the node has room.
+                            model.split(idx);
+                            let room = model.fast_free_bytes().min(SUPERPAGE_SIZE);
+                            model.migrate(base, room, to, PAGE_SIZE, now_ms)
+                        };
+                        moved += bytes as f64;
                     }
                 } else {
                     let mut a = base + first % SUPERPAGE_SIZE;
@@ -546,6 +561,26 @@ mod tests {
             damon.fast_hit_ratio,
             none.fast_hit_ratio
         );
+    }
+
+    /// First touch fills the fast tier with whole huge pages and leaves under 2 MiB free, but
+    /// more than `migrate_cold`'s 0.5 % goal, so no scheme makes room. The kernel's
+    /// `migrate_pages` splits a THP it cannot place whole (-ENOMEM, MR_DAMON) and moves its
+    /// base pages while the node has room; refusing the whole THP instead, the model moved
+    /// nothing (0 bytes, 4 refused promotions on this trace).
+    #[test]
+    fn a_huge_page_that_cannot_move_whole_is_split_and_moves_what_fits() {
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.fast = crate::run::FastSize::Bytes(9 << 19);
+        let spec = GenSpec {
+            workload: Workload::ZipfKv,
+            footprint: 64 << 20,
+            records: 2_000_000,
+            seed: 9,
+        };
+        let damon = simulate(&spec, PolicyName::Damon, &cfg).unwrap();
+        assert!(damon.promoted_bytes > 0, "{damon:?}");
+        assert!(damon.huge_page_splits > 0, "{damon:?}");
     }
 
     /// Idle memory reads as one pattern everywhere, yet DAMON keeps at least `min_nr_regions`:
