@@ -73,6 +73,7 @@ impl Report<'_> {
         let gm_hit = |p: PolicyName| self.main_geomean(p, |r| r.fast_hit_ratio);
         let mt = gm_time(PolicyName::Memtide);
         o.push_str("## Headline (measured)\n\n");
+        self.headline_density(o);
         let _ = writeln!(
             o,
             "- memtide reaches **{:.1} %** of the bound's (`oracle`) fast-tier hit ratio (geometric mean over the {} traces of the main matrix; goal ≥ 90 %): {}.",

@@ -18,6 +18,8 @@ use crate::{
 
 /// The section's prose, with the tables, plots and checks filled in.
 const DENSITY: &str = include_str!("density.md");
+/// What density the headline is measured at, and the production density's figure.
+const HEADLINE_DENSITY: &str = include_str!("headline-density.md");
 /// What memtide is held against in every cell of the sweep.
 const EVERY_DENSITY_RIVALS: [PolicyName; 3] =
     [PolicyName::Hemem, PolicyName::Memtis, PolicyName::Static2m];
@@ -75,6 +77,46 @@ impl Report<'_> {
             ],
         ));
         Ok(())
+    }
+
+    /// The headline's density, and memtide against the best other policy at the production
+    /// density in the main fast-tier size under `pebs`.
+    pub(super) fn headline_density(&self, o: &mut String) {
+        let (section, fast) = (DENSITY_SECTIONS.main, self.base.fast.to_string());
+        let cell = Cell {
+            section,
+            real_section: REAL_SECTIONS.main,
+            fast: &fast,
+            sampler: SamplerName::Pebs,
+        };
+        let rate = PRODUCTION_SAMPLE_RATE;
+        let memtide = self.density_geomean(&cell, PolicyName::Memtide, rate);
+        let best = DENSITY_POLICIES
+            .iter()
+            .chain(&DENSITY_REFERENCES)
+            .filter(|&&p| p != PolicyName::Memtide && p != PolicyName::HindsightSamples)
+            .filter_map(|&p| self.density_geomean(&cell, p, rate).map(|g| (p, g)))
+            .min_by(|a, b| a.1.total_cmp(&b.1));
+        let (Some(memtide), Some((best_p, best_g))) = (memtide, best) else {
+            return;
+        };
+        o.push_str(&fill(
+            HEADLINE_DENSITY,
+            &[
+                ("rate", self.base.sample_rate.to_string()),
+                ("sampler", self.base.sampler.name().to_owned()),
+                ("denser", (rate / self.base.sample_rate.max(1)).to_string()),
+                ("production", rate.to_string()),
+                ("fast", fast.clone()),
+                ("memtide", format!("{memtide:.3}")),
+                ("best", best_p.name().to_owned()),
+                ("best_time", format!("{best_g:.3}")),
+                (
+                    "delta",
+                    format!("{:+.1} %", (memtide / best_g - 1.0) * 100.0),
+                ),
+            ],
+        ));
     }
 
     /// `p`'s run of `trace` in `cell` at `rate` (a reference's from the real-program section).
@@ -315,6 +357,17 @@ mod tests {
         assert!(section.contains(
             "in every cell: **does not hold**, behind in 3 places:\n  - fast 10 %, `ibs`, 1 in 8192: hemem 1.234, memtide 1.500 (+21.6 %)"
         ), "{section}");
+        let headline = render_section(&results, &[trace], |r, o| r.headline_density(o));
+        assert!(
+            headline.contains("2048 times denser than the **production density**"),
+            "{headline}"
+        );
+        assert!(
+            headline.contains(
+                "fast 25 %, `pebs`: memtide 1.230, the best other policy static-4k 1.231\n(-0.1 %)"
+            ),
+            "{headline}"
+        );
         for file in ["density-density-small-pebs.svg", "density-density-ibs.svg"] {
             let svg = std::fs::read_to_string(dir.path().join(file)).unwrap();
             assert!(
