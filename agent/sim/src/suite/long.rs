@@ -5,7 +5,10 @@
 
 use std::sync::Arc;
 
-use super::{Choice, Job, Matrix, TwoSizes, density::PRODUCTION_SAMPLE_RATE};
+use super::{
+    Choice, Job, Matrix, TwoSizes,
+    density::{DENSITY_REFERENCES, PRODUCTION_SAMPLE_RATE},
+};
 use crate::{
     PolicyName,
     model::PresetName,
@@ -30,9 +33,8 @@ pub const LONG_SAMPLING: [PolicyName; 5] = [
     PolicyName::Memtis,
     PolicyName::HindsightSamples,
 ];
-/// The baselines that sample nothing, run once.
-pub const LONG_REFERENCES: [PolicyName; 3] =
-    [PolicyName::Tpp, PolicyName::Damon, PolicyName::NoMigration];
+/// The baselines that sample nothing, run once: the density sweep's references.
+pub const LONG_REFERENCES: [PolicyName; 3] = DENSITY_REFERENCES;
 pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes {
     small: "long-small",
     main: "long",
