@@ -124,6 +124,9 @@ pub struct Metrics {
     pub sample_period_scale: Family<SourceLabel, GaugeF64>,
     pub store_period_ratio: Family<SourceLabel, GaugeF64>,
     pub engine_untracked_samples: Family<TargetLabel, Counter>,
+    pub target_samples: Family<TargetLabel, Counter>,
+    pub target_samples_per_second: Family<TargetLabel, GaugeF64>,
+    pub target_samples_per_second_per_gib: Family<TargetLabel, GaugeF64>,
     pub sampling_cpu_ratio: GaugeF64,
     pub migration_cpu_seconds: CounterF64,
     pub source_restarts: Family<SourceReason, Counter>,
@@ -209,6 +212,21 @@ impl Metrics {
             "fast_share_bytes",
             "Bytes of the fast tier the target may hold: its [[targets.limits]] limit, or its fair share while targets compete for the tier; absent while neither bounds it",
             self.fast_share_bytes.clone(),
+        );
+        registry.register(
+            "target_samples",
+            "Samples the target's engine received (DAMON: region reports)",
+            self.target_samples.clone(),
+        );
+        registry.register(
+            "target_samples_per_second",
+            "Samples per second the target is getting, over the last 10 s or more",
+            self.target_samples_per_second.clone(),
+        );
+        registry.register(
+            "target_samples_per_second_per_gib",
+            "Samples per second per GiB of the target's resident memory: the sample density its placement rests on",
+            self.target_samples_per_second_per_gib.clone(),
         );
         registry.register(
             "engine_untracked_samples",
@@ -471,6 +489,12 @@ impl Metrics {
         self.fast_share_bytes.remove(&TargetLabel {
             target: target.clone(),
         });
+        self.target_samples_per_second.remove(&TargetLabel {
+            target: target.clone(),
+        });
+        self.target_samples_per_second_per_gib.remove(&TargetLabel {
+            target: target.clone(),
+        });
         for tier in tiers {
             let labels = TargetTier {
                 target: target.clone(),
@@ -487,7 +511,7 @@ mod tests {
     use super::*;
 
     /// The metric names fixed by the daemon issue; dashboards and alerts use them.
-    pub(crate) const CONTRACT: [&str; 22] = [
+    pub(crate) const CONTRACT: [&str; 25] = [
         "memtide_fast_tier_hit_ratio",
         "memtide_accesses_sampled_total",
         "memtide_samples_total",
@@ -507,6 +531,9 @@ mod tests {
         "memtide_tier_bandwidth_bytes_per_second",
         "memtide_engine_memory_bytes",
         "memtide_bpf_run_seconds_total",
+        "memtide_target_samples_total",
+        "memtide_target_samples_per_second",
+        "memtide_target_samples_per_second_per_gib",
         "memtide_build_info",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
@@ -609,6 +636,17 @@ mod tests {
         m.engine_untracked_samples
             .get_or_create(&TargetLabel { target: target() })
             .inc();
+        m.target_samples
+            .get_or_create(&TargetLabel { target: target() })
+            .inc();
+        for family in [
+            &m.target_samples_per_second,
+            &m.target_samples_per_second_per_gib,
+        ] {
+            family
+                .get_or_create(&TargetLabel { target: target() })
+                .set(1.0);
+        }
         (m, registry)
     }
 

@@ -39,6 +39,13 @@ pub struct TargetStatus {
     #[serde(default)]
     pub epochs: u64,
     pub samples: u64,
+    /// Samples per second the target is getting (over the last 10 s or more; DAMON: region
+    /// reports).
+    #[serde(default)]
+    pub samples_per_second: Option<f64>,
+    /// The same per GiB of the target's resident memory: the density its placement rests on.
+    #[serde(default)]
+    pub samples_per_second_per_gib: Option<f64>,
     pub promoted_bytes: u64,
     pub demoted_bytes: u64,
     pub would_promote_bytes: u64,
@@ -65,6 +72,17 @@ fn bytes(value: u64) -> String {
         unit += 1;
     }
     format!("{scaled} {}", UNITS[unit])
+}
+
+/// A rate with three significant digits or so: production densities are fractions of a
+/// sample per second per GiB, test machines' thousands.
+fn rate(value: f64) -> String {
+    match value {
+        v if v >= 100.0 => format!("{v:.0}"),
+        v if v >= 10.0 => format!("{v:.1}"),
+        v if v >= 1.0 => format!("{v:.2}"),
+        v => format!("{v:.3}"),
+    }
 }
 
 impl AgentStatus {
@@ -143,6 +161,12 @@ impl AgentStatus {
                 promoted,
                 demoted,
             );
+            if let Some(per_second) = t.samples_per_second {
+                let per_gib = t
+                    .samples_per_second_per_gib
+                    .map_or_else(String::new, |v| format!(", {} per GiB", rate(v)));
+                let _ = writeln!(out, "    sampled: {} samples/s{per_gib}", rate(per_second));
+            }
             if let (Some(share), Some(reason)) = (t.fast_share_bytes, &t.fast_share_reason) {
                 let _ = writeln!(out, "    fast-tier share: {} ({reason})", bytes(share));
             }
@@ -184,6 +208,8 @@ mod tests {
                 granularity_bytes: 4096,
                 epoch_seconds: 1.5,
                 samples: 1000,
+                samples_per_second: Some(12.5),
+                samples_per_second_per_gib: Some(0.0625),
                 would_promote_bytes: 8192,
                 fast_share_bytes: Some(32 << 20),
                 fast_share_reason: Some("limit (cgroup tenants/a)".into()),
@@ -206,6 +232,10 @@ mod tests {
             "{row}"
         );
         assert!(table.contains("last error: move_pages: EBUSY"));
+        assert!(
+            table.contains("    sampled: 12.5 samples/s, 0.062 per GiB"),
+            "{table}"
+        );
         assert!(
             table.contains("    fast-tier share: 32 MiB (limit (cgroup tenants/a))"),
             "{table}"

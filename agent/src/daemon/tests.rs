@@ -395,6 +395,25 @@ mod with_a_fake_source {
         };
         eventually("a's samples", || samples_of(a.pid()) == 100).await;
         assert_eq!(samples_of(b.pid()), 0);
+        // The density each target is getting, in its status row and its metrics.
+        let rate_of = |pid: u32| {
+            let status = daemon.status();
+            let row = status.targets.iter().find(|t| t.pid == pid)?;
+            Some((row.samples_per_second?, row.samples_per_second_per_gib))
+        };
+        eventually("both targets' sample rates", || {
+            rate_of(a.pid()).is_some_and(|(rate, _)| rate > 0.0) && rate_of(b.pid()).is_some()
+        })
+        .await;
+        assert_eq!(rate_of(b.pid()).map(|(rate, _)| rate), Some(0.0));
+        let a_label = format!(":{}\"", a.pid());
+        eventually("a's samples in its metrics", || {
+            let text = metrics(&daemon);
+            metric(&text, &["memtide_target_samples_total{", &a_label]) == Some(100.0)
+                && metric(&text, &["memtide_target_samples_per_second{", &a_label])
+                    .is_some_and(|rate| rate > 0.0)
+        })
+        .await;
 
         // b exits: its task ends, its route goes, the source stops watching it; a sample that
         // still comes for it has no target and is counted as such.

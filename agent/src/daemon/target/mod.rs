@@ -4,12 +4,14 @@
 //!
 //! - `epoch`: one epoch (placement, tier views, plan, execution) → an outcome;
 //! - `report`: the outcome → metrics and the target's `/status` row;
-//! - `views`: the epoch's accesses and hot set by tier; `observe`: observe mode's assumed moves.
+//! - `views`: the epoch's accesses and hot set by tier; `observe`: observe mode's assumed moves;
+//! - `density`: the samples per second (and per GiB) the target is getting.
 //!
 //! The epoch step does system calls (move_pages queries and moves) and can take milliseconds,
 //! so it runs on the blocking pool with the task's state moved in and back out: the async
 //! side never blocks, and the ingest path keeps draining while a target migrates.
 
+mod density;
 mod epoch;
 mod homes;
 mod machine;
@@ -130,6 +132,10 @@ struct State {
     homes: homes::Homes,
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
+    /// The target's samples per second, for its status and metrics.
+    density: density::SampleDensity,
+    /// `status.samples` already counted in `memtide_target_samples_total`.
+    samples_published: u64,
     /// Observe mode: where the plans so far would have put memory.
     assumed: Assumed,
     /// CPU seconds of placement queries and migrations (`memtide_migration_cpu_seconds_total`),
@@ -240,6 +246,8 @@ pub fn spawn(
         share: shares::Share::default(),
         homes: homes::Homes::default(),
         untracked_published: 0,
+        density: density::SampleDensity::default(),
+        samples_published: 0,
         assumed: Assumed::default(),
         migration_cpu: metrics.migration_cpu_seconds.clone(),
     };
@@ -284,6 +292,7 @@ async fn run(
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
     let found = origin.elapsed();
+    state.density = density::SampleDensity::starting_at(found);
     // An epoch step that fails before planning must still wait an epoch before the next try.
     let mut last_step: Option<Duration> = None;
     loop {
@@ -318,7 +327,7 @@ async fn run(
                 let step_metrics = metrics.clone();
                 let joined = tokio::task::spawn_blocking(move || {
                     let outcome = state.epoch(now, &seen);
-                    state.report(&outcome, &step_metrics);
+                    state.report(now, &outcome, &step_metrics);
                     (state, outcome, seen)
                 })
                 .await;

@@ -2,11 +2,13 @@
 //! bytes by tier, what moved or would have, per direction, pages left alone) and its row of
 //! `/status`.
 
+use std::time::Duration;
+
 use memtide_core::units::{Direction, PAGE_SIZE};
 use memtide_host::exec::{DirectionReport, ExecReport};
 
 use super::{
-    State,
+    State, density,
     epoch::{EpochOutcome, Planned},
 };
 use crate::metrics::{
@@ -14,8 +16,11 @@ use crate::metrics::{
 };
 
 impl State {
-    /// Publishes `outcome` to `metrics` and the target's status.
-    pub(super) fn report(&mut self, outcome: &EpochOutcome, metrics: &Metrics) {
+    /// Publishes `outcome`, the epoch ending at `now`, to `metrics` and the target's status.
+    pub(super) fn report(&mut self, now: Duration, outcome: &EpochOutcome, metrics: &Metrics) {
+        if !matches!(outcome, EpochOutcome::Exited { .. }) {
+            self.report_density(now, metrics);
+        }
         match outcome {
             EpochOutcome::Exited { executed } => {
                 if let Some(report) = executed {
@@ -114,6 +119,41 @@ impl State {
         self.status.epoch_seconds = epoch_seconds;
         self.status.engine_memory_bytes = planned.stats.memory_bytes;
         self.report_share(metrics);
+    }
+
+    /// The samples the target got since the last report, and the density they make.
+    fn report_density(&mut self, now: Duration, metrics: &Metrics) {
+        let label = TargetLabel {
+            target: self.spec.label.clone(),
+        };
+        let samples = self.status.samples;
+        metrics
+            .target_samples
+            .get_or_create(&label)
+            .inc_by(samples.saturating_sub(self.samples_published));
+        self.samples_published = samples;
+        let Some(per_second) = self.density.update(now, samples) else {
+            return;
+        };
+        let resident = self.status.managed_bytes.values().sum();
+        let per_gib = density::per_gib(per_second, resident);
+        self.status.samples_per_second = Some(per_second);
+        self.status.samples_per_second_per_gib = per_gib;
+        metrics
+            .target_samples_per_second
+            .get_or_create(&label)
+            .set(per_second);
+        match per_gib {
+            Some(value) => {
+                metrics
+                    .target_samples_per_second_per_gib
+                    .get_or_create(&label)
+                    .set(value);
+            }
+            None => {
+                metrics.target_samples_per_second_per_gib.remove(&label);
+            }
+        }
     }
 
     /// The share of the fast tier the plan was made with, while one bounds the target.
