@@ -210,9 +210,8 @@ impl CpuMeter {
 }
 
 /// The HTTP endpoints, served by a thread of their own with its own single-threaded runtime:
-/// the sampling budget charges the agent's CPU less this thread's ([`CpuMeter`]), so a scrape
-/// storm costs the agent CPU but never slows sampling down, and the workers that drain the
-/// rings and run the engines never wait behind a request.
+/// the workers that drain the rings and run the engines never wait behind a request, and
+/// what serving costs is this thread's CPU time ([`CpuMeter`], `memtide_http_cpu_seconds_total`).
 #[derive(Debug)]
 pub struct HttpServer {
     done: tokio::sync::oneshot::Receiver<std::io::Result<()>>,
@@ -261,7 +260,7 @@ impl HttpServer {
         Ok(Self { done, cpu, thread })
     }
 
-    /// The server thread's CPU time, for the sampling budget.
+    /// The server thread's CPU time, for `memtide_http_cpu_seconds_total`.
     #[must_use]
     pub fn cpu_meter(&self) -> CpuMeter {
         self.cpu.clone()

@@ -37,7 +37,7 @@ use super::{
     notify::Notifier,
     pods::PodWatch,
     publish::Published,
-    sample_rate::{NotSampling, SampleRate},
+    sample_rate::SampleRate,
     status::AgentStatus,
 };
 use crate::{
@@ -96,6 +96,7 @@ pub(super) async fn start(
     let origin = Instant::now();
     let (agent, http, http_stop, ready) = prepare(options, &env, origin).await?;
     let mut agent = on_blocking_pool(agent, Agent::refresh_targets).await;
+    agent.published.watch_http(http.cpu_meter());
     let cost_accounting = env.sources.cost_accounting();
     let (unclaimed_tx, unclaimed) = mpsc::channel(agent.config.sources.queue_batches.max(1));
     let delivery = start_source(&mut agent, &env, unclaimed_tx).await;
@@ -104,10 +105,7 @@ pub(super) async fn start(
     let sample_rate = agent.source.as_deref().and_then(|source| {
         SampleRate::new(
             source,
-            NotSampling {
-                http: http.cpu_meter(),
-                migration: agent.metrics.migration_cpu_seconds.clone(),
-            },
+            agent.metrics.sampling_cpu_seconds.clone(),
             agent.ingest_counters.decoded.load(Ordering::Relaxed),
         )
     });
@@ -312,6 +310,7 @@ async fn start_source(
         counters: Arc::clone(&agent.ingest_counters),
         batch: agent.config.sources.batch,
         drain_every: agent.config.engine.engine.interval(),
+        cpu: agent.metrics.sampling_cpu_seconds.clone(),
     });
     agent.source = Some(source);
     let task = match delivery {

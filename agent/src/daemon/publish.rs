@@ -2,11 +2,11 @@
 //! ingest path, the BPF programs' run time, the tiers' capacity and the engines' memory.
 //! (Each target publishes its own after every epoch: `target::publish`.)
 
-use std::{collections::BTreeMap, sync::atomic::Ordering};
+use std::{collections::BTreeMap, sync::atomic::Ordering, time::Duration};
 
 use memtide_host::topology::Topology;
 
-use super::{agent::Agent, status::AgentStatus};
+use super::{agent::Agent, http::CpuMeter, status::AgentStatus};
 use crate::metrics::{NodeKind, NodeTier, ProgramLabel, SourceLabel, SourceReason};
 
 /// Last values pushed into counters that mirror cumulative kernel or ingest counts.
@@ -15,6 +15,15 @@ pub(super) struct Published {
     samples: u64,
     drops: BTreeMap<String, u64>,
     bpf_nanos: BTreeMap<String, u128>,
+    /// The HTTP server thread's CPU time, and what of it the metric has.
+    http_cpu: Option<(CpuMeter, Duration)>,
+}
+
+impl Published {
+    /// Mirrors `meter` (the HTTP server thread's CPU time) into `memtide_http_cpu_seconds_total`.
+    pub(super) fn watch_http(&mut self, meter: CpuMeter) {
+        self.http_cpu = Some((meter, Duration::ZERO));
+    }
 }
 
 impl Agent {
@@ -27,6 +36,13 @@ impl Agent {
         self.publish_samples(&kind);
         self.publish_drops(&kind);
         self.publish_bpf_time();
+        if let Some((meter, published)) = &mut self.published.http_cpu {
+            let now = meter.get();
+            self.metrics
+                .http_cpu_seconds
+                .inc_by(now.saturating_sub(*published).as_secs_f64());
+            *published = now.max(*published);
+        }
         match Topology::read(&self.root) {
             Ok(topology) => self.publish_tiers(&topology),
             Err(error) => tracing::debug!(%error, "reading the topology for the tier gauges"),

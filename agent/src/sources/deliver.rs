@@ -9,6 +9,8 @@ use memtide_core::{
 };
 use tokio::sync::mpsc;
 
+use crate::metrics::CounterF64;
+
 /// One delivery to a target's task.
 #[derive(Debug)]
 pub enum TargetInput {
@@ -56,4 +58,7 @@ pub struct Delivery {
     /// How often a source drains what its kernel side has not woken it for: the engine's
     /// counting interval, so each sample counts in the interval it arrived in.
     pub drain_every: std::time::Duration,
+    /// Where the delivery task adds the CPU time it spends draining, decoding and routing
+    /// (`memtide_sampling_cpu_seconds_total`): part of what samples cost the agent.
+    pub cpu: CounterF64,
 }

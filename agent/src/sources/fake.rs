@@ -99,6 +99,7 @@ impl HotnessSource for FakeSource {
             counters,
             batch,
             drain_every,
+            ..
         } = delivery;
         if let Ok(mut last) = self.control.drain_every.lock() {
             *last = Some(drain_every);

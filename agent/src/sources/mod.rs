@@ -61,6 +61,10 @@ pub struct RateBudget {
     pub cpu_fraction: f64,
     /// The kernel's ceiling on samples per second per sampling stream.
     pub max_rate_per_stream: f64,
+    /// Kernel time per sample that the BPF programs' run time leaves out (a PMU's interrupt;
+    /// 0 for software events, whose BPF program runs inline in the event), charged at this
+    /// assumed figure.
+    pub interrupt_cost_ns: f64,
 }
 
 /// A running hotness source.

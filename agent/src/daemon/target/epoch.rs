@@ -29,7 +29,7 @@ use super::{
     resident::Resident,
     views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
-use crate::daemon::sample_rate::charge_migration;
+use crate::metrics::charge_thread_cpu;
 
 /// How long after a plan that moved nothing a target whose epochs see no samples plans again:
 /// its plan changes only as its hotness cools and as free memory changes, and a thousand idle
@@ -108,9 +108,9 @@ impl State {
         }
         let started = Instant::now();
         let migration_cpu = self.migration_cpu.clone();
-        charge_migration(&migration_cpu, || self.refresh_resident(input));
+        charge_thread_cpu(&migration_cpu, || self.refresh_resident(input));
         let (queried_at, placement) =
-            match charge_migration(&migration_cpu, || self.placement(input)) {
+            match charge_thread_cpu(&migration_cpu, || self.placement(input)) {
                 Ok(found) => found,
                 Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
                 Err(error) => {
@@ -138,7 +138,7 @@ impl State {
         } else if let Some(nodes) = self.spec.nodes
             && !plan.moves.is_empty()
         {
-            match charge_migration(&migration_cpu, || self.execute(&plan, nodes)) {
+            match charge_thread_cpu(&migration_cpu, || self.execute(&plan, nodes)) {
                 Ok(report) if report.aborted.is_some() => {
                     return EpochOutcome::Exited {
                         executed: Some(Box::new(report)),
@@ -162,7 +162,7 @@ impl State {
         let (placement, after, queried_at) = if moved {
             let ranges: Vec<(u64, u64)> = placement.queried().collect();
             let thp = self.spec.machine.read(&self.spec.root).thp;
-            let placement = charge_migration(&migration_cpu, || {
+            let placement = charge_thread_cpu(&migration_cpu, || {
                 query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges)
             })
             .unwrap_or(placement);

@@ -46,7 +46,7 @@ use self::{
 pub use self::{machine::SharedMachine, shares::FastShares};
 use super::status::{AgentStatus, TargetStatus};
 use crate::{
-    metrics::{CounterF64, Metrics},
+    metrics::{CounterF64, Metrics, charge_thread_cpu},
     sources::TargetInput,
 };
 
@@ -311,7 +311,9 @@ async fn run(
                     break;
                 };
                 let now = origin.elapsed();
-                state.take(input, &mut epoch_input, now);
+                charge_thread_cpu(&metrics.sampling_cpu_seconds, || {
+                    state.take(input, &mut epoch_input, now);
+                });
                 // The first samples after a quiet spell longer than an epoch open an epoch:
                 // it is planned an epoch later, on what that epoch saw, not at once on them
                 // alone.
@@ -326,9 +328,12 @@ async fn run(
                 let seen = std::mem::take(&mut epoch_input);
                 let step_metrics = metrics.clone();
                 let joined = tokio::task::spawn_blocking(move || {
-                    let outcome = state.epoch(now, &seen);
-                    state.report(now, &outcome, &step_metrics);
-                    (state, outcome, seen)
+                    // Not sampling: the sampling budget leaves it out (`sample_rate`).
+                    charge_thread_cpu(&step_metrics.epoch_cpu_seconds.clone(), || {
+                        let outcome = state.epoch(now, &seen);
+                        state.report(now, &outcome, &step_metrics);
+                        (state, outcome, seen)
+                    })
                 })
                 .await;
                 let Ok((returned, outcome, mut reused)) = joined else {

@@ -99,6 +99,10 @@ pub struct SamplingBudget {
     /// Nanoseconds per sample spent in the kernel's interrupt path (what the kernel's own
     /// interrupt-time check measures).
     pub kernel_sample_cost_ns: f64,
+    /// The part of `kernel_sample_cost_ns` outside the BPF program, which nothing measures
+    /// while the agent runs: the running cost controller charges it per sample on top of the
+    /// BPF programs' measured run time.
+    pub interrupt_cost_ns: f64,
 }
 
 impl SamplingBudget {
@@ -111,6 +115,13 @@ impl SamplingBudget {
     pub const DEFAULT_SAMPLE_COST_NS: f64 = 2_000.0;
     /// The kernel's share of [`Self::DEFAULT_SAMPLE_COST_NS`].
     pub const DEFAULT_KERNEL_SAMPLE_COST_NS: f64 = 1_000.0;
+    /// The kernel's share less the BPF program, whose run time the kernel measures (145 ns a
+    /// run, ring write included, on the software page-fault path: docs/benchmarks.md): PMU
+    /// interrupt entry and exit, the PEBS assist (200-300 ns a record, Akiyama and Hirofuchi,
+    /// ROSS '17) or the IBS register reads, and perf's sample set-up. It cannot be measured
+    /// without a PMU; docs/operations.md ("What a sample costs") says which parts are
+    /// measured and which assumed.
+    pub const DEFAULT_INTERRUPT_COST_NS: f64 = 850.0;
 }
 
 impl Default for SamplingBudget {
@@ -119,6 +130,7 @@ impl Default for SamplingBudget {
             cpu_fraction: Self::DEFAULT_CPU_FRACTION,
             sample_cost_ns: Self::DEFAULT_SAMPLE_COST_NS,
             kernel_sample_cost_ns: Self::DEFAULT_KERNEL_SAMPLE_COST_NS,
+            interrupt_cost_ns: Self::DEFAULT_INTERRUPT_COST_NS,
         }
     }
 }

@@ -400,6 +400,11 @@ impl PerfSource {
                 max_rate_per_stream: options
                     .limits
                     .effective_max_rate(options.budget.kernel_sample_cost_ns),
+                interrupt_cost_ns: match kind {
+                    // A software event raises no interrupt: the fault path runs the program.
+                    SourceKind::SwFault => 0.0,
+                    _ => options.budget.interrupt_cost_ns,
+                },
             },
             split: StoreSplit::start(kind, &spec, options),
         };
@@ -496,6 +501,78 @@ mod tests {
         let options = PerfSourceOptions::new(vec![0], KernelLimits::read(&root).expect("limits"));
         let spec = perf_spec_for(kind, &scan, &root, &options).expect("a spec");
         StoreSplit::start(kind, &spec, &options)
+    }
+
+    /// Thousands separators, as docs/operations.md writes numbers.
+    fn grouped(value: f64) -> String {
+        let digits = format!("{value:.0}");
+        let mut out = String::new();
+        for (i, digit) in digits.chars().enumerate() {
+            if i > 0 && (digits.len() - i) % 3 == 0 {
+                out.push(',');
+            }
+            out.push(digit);
+        }
+        out
+    }
+
+    /// The row of docs/operations.md's density table for a PEBS server with `cpus` CPUs at
+    /// the shipped defaults (budget, expected rates) and a stock kernel's limits.
+    fn density_row(cpus: u32) -> String {
+        let root = fixture("sapphire-rapids");
+        let scan = PmuScan::read(&root).expect("fixture PMUs");
+        let options = PerfSourceOptions::new((0..cpus).collect(), KernelLimits::LINUX_DEFAULT);
+        let spec = perf_spec_for(SourceKind::Pebs, &scan, &root, &options).expect("a spec");
+        let period = |event: &str| {
+            let (_, choice) = spec
+                .periods
+                .iter()
+                .find(|(name, _)| *name == event)
+                .unwrap();
+            choice
+        };
+        let (loads, stores) = (period("mem-loads"), period("mem-stores"));
+        let streams = 2 * cpus;
+        let per_stream = f64::from(cpus)
+            * (loads.samples_per_sec_per_stream + stores.samples_per_sec_per_stream)
+            / f64::from(streams);
+        let rates = &options.rates;
+        #[expect(clippy::cast_precision_loss, reason = "periods as event counts")]
+        let misses = loads.period as f64 * rates.pebs_load_memory_share;
+        #[expect(clippy::cast_precision_loss, reason = "periods as event counts")]
+        let store_misses = stores.period as f64 * rates.pebs_store_memory_share;
+        assert!(
+            (misses - store_misses).abs() <= 1e-6 * misses,
+            "a load and a store sample stand for as many misses (Neyman): {misses} {store_misses}"
+        );
+        format!(
+            "| {cpus} | {streams} | {} | {} | {} | {} | {} | {} to {} |",
+            grouped(per_stream * f64::from(streams)),
+            grouped(per_stream),
+            grouped(loads.period as f64),
+            grouped(stores.period as f64),
+            grouped(misses),
+            grouped(misses / 32.0),
+            grouped(misses / 16.0),
+        )
+    }
+
+    #[test]
+    fn the_density_table_in_the_operations_guide_is_what_the_defaults_give() {
+        let docs = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"),
+        )
+        .expect("docs/operations.md");
+        let rows: Vec<String> = [8, 32, 128].into_iter().map(density_row).collect();
+        let missing: Vec<&String> = rows
+            .iter()
+            .filter(|row| !docs.contains(row.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "docs/operations.md's density table must have these rows:\n{}",
+            rows.join("\n")
+        );
     }
 
     #[test]

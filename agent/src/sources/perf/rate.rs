@@ -30,6 +30,9 @@ pub struct Interval {
     /// Kernel-measured run time of the sampling BPF programs (zero when the kernel's BPF
     /// statistics are off).
     pub bpf_run: Duration,
+    /// Kernel time of the interval's samples that nothing measures (a PMU's interrupt around
+    /// the BPF program), at its assumed cost per sample.
+    pub interrupts: Duration,
     /// Samples that reached the agent.
     pub samples: u64,
 }
@@ -42,7 +45,7 @@ impl Interval {
         if wall <= 0.0 {
             return 0.0;
         }
-        (self.agent_cpu + self.bpf_run).as_secs_f64() / wall
+        (self.agent_cpu + self.bpf_run + self.interrupts).as_secs_f64() / wall
     }
 }
 
@@ -167,6 +170,7 @@ mod tests {
                 wall: Duration::from_secs(5),
                 agent_cpu: Duration::from_secs_f64(cpu),
                 bpf_run: Duration::ZERO,
+                interrupts: Duration::ZERO,
                 samples: samples as u64,
             }
         }
@@ -256,6 +260,7 @@ mod tests {
             wall: Duration::from_secs(5),
             agent_cpu: Duration::from_millis(40),
             bpf_run: Duration::ZERO,
+            interrupts: Duration::ZERO,
             samples: 10_000,
         };
         assert_eq!(controller.observe(&interval), None);
@@ -270,6 +275,7 @@ mod tests {
                 wall: Duration::from_secs(5),
                 agent_cpu: Duration::from_secs(5),
                 bpf_run: Duration::ZERO,
+                interrupts: Duration::ZERO,
                 samples: 1,
             })
             .expect("way over budget");

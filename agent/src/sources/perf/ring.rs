@@ -6,7 +6,10 @@ use aya::maps::{MapData, RingBuf};
 use memtide_host::sys::async_fd;
 use tokio::{sync::mpsc, task::JoinHandle};
 
-use crate::sources::{Delivery, SampleRoute, SampleRouter};
+use crate::{
+    metrics::{CounterF64, charge_thread_cpu},
+    sources::{Delivery, SampleRoute, SampleRouter},
+};
 
 /// How often the ring is drained when the BPF side has not woken us (it batches wake-ups), by
 /// default: the engine's default counting interval (20 ms); the daemon passes its configured
@@ -27,8 +30,9 @@ fn drain(ring: &mut RingBuf<MapData>, router: &mut SampleRouter) {
 pub fn spawn(ring: RingBuf<MapData>, delivery: Delivery) -> std::io::Result<JoinHandle<()>> {
     let router = SampleRouter::new(delivery.batch, delivery.counters);
     Ok(tokio::spawn(async move {
+        let drain_every = delivery.drain_every;
         if let Err(error) =
-            run_sample_ring(ring, router, delivery.routes, delivery.drain_every).await
+            drain_sample_ring(ring, router, delivery.routes, drain_every, &delivery.cpu).await
         {
             tracing::error!(%error, "the sample ring failed; no more samples arrive");
         }
@@ -39,10 +43,25 @@ pub fn spawn(ring: RingBuf<MapData>, delivery: Delivery) -> std::io::Result<Join
 /// the router (with its final batches sent) so a caller can inspect it.
 pub async fn run_sample_ring(
     ring: RingBuf<MapData>,
+    router: SampleRouter,
+    control: mpsc::UnboundedReceiver<SampleRoute>,
+    drain_every: std::time::Duration,
+) -> std::io::Result<SampleRouter> {
+    drain_sample_ring(ring, router, control, drain_every, &CounterF64::default()).await
+}
+
+/// [`run_sample_ring`], adding the CPU time of each drain (decode and route) to `cpu`: the
+/// agent's part of what its samples cost, which the sampling budget charges.
+async fn drain_sample_ring(
+    ring: RingBuf<MapData>,
     mut router: SampleRouter,
     mut control: mpsc::UnboundedReceiver<SampleRoute>,
     drain_every: std::time::Duration,
+    cpu: &CounterF64,
 ) -> std::io::Result<SampleRouter> {
+    let drain_charged = |ring: &mut RingBuf<MapData>, router: &mut SampleRouter| {
+        charge_thread_cpu(cpu, || drain(ring, router));
+    };
     let mut ring = async_fd::register_readable(ring)?;
     // The BPF side wakes us only when an eighth of the ring is full; the timer picks up the
     // rest, so a quiet target's samples wait at most one tick.
@@ -58,14 +77,14 @@ pub async fn run_sample_ring(
             },
             guard = ring.readable_mut() => {
                 let mut guard = guard?;
-                drain(guard.get_inner_mut(), &mut router);
+                drain_charged(guard.get_inner_mut(), &mut router);
                 guard.clear_ready();
             }
-            _ = tick.tick() => drain(ring.get_mut(), &mut router),
+            _ = tick.tick() => drain_charged(ring.get_mut(), &mut router),
         }
     }
     // Whatever arrived before shutdown still counts.
-    drain(ring.get_mut(), &mut router);
+    drain_charged(ring.get_mut(), &mut router);
     Ok(router)
 }
 
