@@ -87,6 +87,62 @@ fn json_contract_for_every_policy() {
     }
 }
 
+/// Without `--sample-rate` a replay samples at the density the agent's defaults give a busy
+/// server: one sample per 128,000 LLC misses at 32 CPUs, four times denser at 8; and says so.
+#[test]
+fn the_default_density_is_the_agents_on_a_busy_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = generate(dir.path(), "gups-hotset", "t.mt.zst");
+    let rate_of = |extra: &[&str]| {
+        let mut args = vec![
+            "sim",
+            "--trace",
+            trace.to_str().unwrap(),
+            "--policy",
+            "memtide",
+        ];
+        args.extend_from_slice(extra);
+        args.push("--json");
+        let out = memtide(&args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        (
+            v["sample_rate"].as_u64().unwrap(),
+            v["record_weight"].as_u64().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Records per sample times accesses per record: LLC misses per sample.
+    let (rate, weight, note) = rate_of(&[]);
+    assert_eq!(rate * weight, 128_000, "{rate} x {weight}");
+    assert!(note.contains("busy 32-CPU server"), "{note}");
+    let (rate, weight, _) = rate_of(&["--cpus", "8"]);
+    assert_eq!(rate * weight, 32_000);
+    assert_eq!(rate_of(&["--record-weight", "16"]).0, 8_000);
+    let (rate, _, note) = rate_of(&["--sample-rate", "4"]);
+    assert_eq!(rate, 4);
+    assert!(!note.contains("note: sampling"), "{note}");
+    let both = memtide(&[
+        "sim",
+        "--trace",
+        trace.to_str().unwrap(),
+        "--policy",
+        "memtide",
+        "--sample-rate",
+        "4",
+        "--cpus",
+        "8",
+    ]);
+    assert!(
+        !both.status.success(),
+        "--cpus models what --sample-rate sets"
+    );
+}
+
 #[test]
 fn everything_fast_costs_nothing_extra() {
     let dir = tempfile::tempdir().unwrap();

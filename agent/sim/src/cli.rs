@@ -14,6 +14,7 @@ use memtide_core::policy::EpochConfig;
 
 use super::{
     PolicyName,
+    density::DensityModel,
     model::{Preset, PresetName},
     run::{FastSize, SimConfig},
     sampler::SamplerName,
@@ -49,9 +50,17 @@ pub struct SimArgs {
     pub fast_capacity: Option<u64>,
 
     /// One sample per N records on average for the sampling policies (every sampler but
-    /// swfault).
-    #[arg(long, value_name = "N", default_value_t = 4)]
-    pub sample_rate: u32,
+    /// swfault). Default: the density the agent's shipped defaults give a busy server of
+    /// --cpus CPUs (at 32, one sample per 128,000 LLC misses: 8,000 records of 16 accesses);
+    /// with --suite, 4 (the suite sweeps the densities itself).
+    #[arg(long, value_name = "N")]
+    pub sample_rate: Option<u32>,
+
+    /// CPUs of the server whose density the replay samples at, without --sample-rate: the
+    /// agent's budget buys the machine 5,000 samples a second, which its CPUs' memory traffic
+    /// (2×10^7 LLC misses a second each) shares out. Default 32.
+    #[arg(long, value_name = "N", conflicts_with_all = ["sample_rate", "suite"])]
+    pub cpus: Option<u32>,
 
     /// What the sampling source delivers: `ideal` (1 in N records, kind kept), `pebs` (loads
     /// past L2 and stores at the default period ratio), `ibs` (ops past L3, no kind) or
@@ -324,10 +333,13 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     if let Some(b) = args.fast_capacity {
         cfg.fast = FastSize::Bytes(b);
     }
-    if args.sample_rate == 0 {
+    if args.sample_rate == Some(0) {
         bail!("--sample-rate must be >= 1");
     }
-    cfg.sample_rate = args.sample_rate;
+    if args.cpus == Some(0) {
+        bail!("--cpus 0: a server has at least one CPU");
+    }
+    cfg.sample_rate = args.sample_rate.unwrap_or(cfg.sample_rate);
     cfg.sampler = args.sampler;
     cfg.seed = args.seed;
     if args.suite {
@@ -355,6 +367,9 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         lenient: args.lenient,
         record_weight: args.record_weight,
     };
+    if args.sample_rate.is_none() {
+        cfg.sample_rate = modelled_sample_rate(&file, args.cpus)?;
+    }
     let spec = Repeated {
         inner: Arc::new(file),
         passes: args.repeat,
@@ -386,6 +401,28 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         print_text(&r);
     }
     Ok(())
+}
+
+/// The sample rate of the density the agent's defaults give a busy server of `cpus` CPUs
+/// (default [`DensityModel::PRODUCTION_CPUS`]), for the records of `file`; says so on stderr.
+fn modelled_sample_rate(file: &FileTrace, cpus: Option<u32>) -> anyhow::Result<u32> {
+    let weight = match file.record_weight {
+        Some(weight) => weight,
+        None => {
+            file.open()
+                .with_context(|| format!("reading {}", file.path.display()))?
+                .meta()
+                .record_weight
+        }
+    };
+    let model = DensityModel::shipped(cpus.unwrap_or(DensityModel::PRODUCTION_CPUS));
+    let rate = model.records_per_sample(weight);
+    eprintln!(
+        "memtide: note: sampling one record in {rate}: the density the agent's defaults give a busy {}-CPU server (one sample per {:.0} LLC misses, {weight} accesses a record); --sample-rate N or --cpus N for another",
+        model.cpus,
+        model.misses_per_sample()
+    );
+    Ok(rate)
 }
 
 /// The human-readable summary of one replay.

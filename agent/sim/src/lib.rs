@@ -13,6 +13,7 @@
 pub mod baselines;
 pub mod bound;
 pub mod cli;
+pub mod density;
 pub mod hindsight;
 pub mod model;
 pub mod oracle;

@@ -16,7 +16,8 @@ pub const DENSITY_RATES: [u32; 5] = [4, 64, 1024, 8192, 32768];
 /// The production density: what the agent's shipped defaults give a busy 32-CPU server, about
 /// one sample per 128,000 LLC misses (1 % of one core for the whole agent at 2 µs a sample,
 /// 64 PEBS streams at about 78 samples/s each: load period 256,000), which at the corpus's
-/// record weights is one sample per 4,000 to 8,000 records.
+/// record weights is one sample per 4,000 to 8,000 records: the power of two nearest
+/// [`crate::density::DensityModel`]'s 32-CPU figure at the sparser end (a test checks it).
 pub const PRODUCTION_SAMPLE_RATE: u32 = 8192;
 /// The samplers of the sweep: the two that draw from a PMU.
 pub const DENSITY_SAMPLERS: [SamplerName; 2] = [SamplerName::Pebs, SamplerName::Ibs];

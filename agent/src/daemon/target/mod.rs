@@ -138,8 +138,7 @@ struct State {
     samples_published: u64,
     /// Observe mode: where the plans so far would have put memory.
     assumed: Assumed,
-    /// CPU seconds of placement queries and migrations (`memtide_migration_cpu_seconds_total`),
-    /// which the sampling budget leaves out.
+    /// CPU seconds of placement queries and migrations (`memtide_migration_cpu_seconds_total`).
     migration_cpu: CounterF64,
 }
 
@@ -328,7 +327,7 @@ async fn run(
                 let seen = std::mem::take(&mut epoch_input);
                 let step_metrics = metrics.clone();
                 let joined = tokio::task::spawn_blocking(move || {
-                    // Not sampling: the sampling budget leaves it out (`sample_rate`).
+                    // Its own counter: the sampling budget charges only what samples cost.
                     charge_thread_cpu(&step_metrics.epoch_cpu_seconds.clone(), || {
                         let outcome = state.epoch(now, &seen);
                         state.report(now, &outcome, &step_metrics);

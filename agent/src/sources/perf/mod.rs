@@ -558,6 +558,27 @@ mod tests {
     }
 
     #[test]
+    fn the_simulators_density_model_is_the_agents_defaults() {
+        let budget = SamplingBudget::default();
+        let rates = ExpectedRates::default();
+        for cpus in [8, 32, 128] {
+            let model = memtide_sim::density::DensityModel::shipped(cpus);
+            assert!((model.cpu_budget_percent / 100.0 - budget.cpu_fraction).abs() < 1e-12);
+            assert!((model.sample_cost_ns - budget.sample_cost_ns).abs() < 1e-9);
+            let traffic = rates.pebs_loads_per_sec * rates.pebs_load_memory_share
+                + rates.pebs_stores_per_sec * rates.pebs_store_memory_share;
+            assert!((model.misses_per_cpu_per_s - traffic).abs() < 1e-6);
+            // And the periods the agent opens make it: misses per PEBS sample.
+            let row = density_row(cpus);
+            let misses = grouped(model.misses_per_sample());
+            assert!(
+                row.contains(&format!(" | {misses} | ")),
+                "{row} vs {misses}"
+            );
+        }
+    }
+
+    #[test]
     fn the_density_table_in_the_operations_guide_is_what_the_defaults_give() {
         let docs = std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operations.md"),
