@@ -4,11 +4,10 @@
 //! *expected* event rate; real workloads fault, miss and retire at rates that differ from it by
 //! orders of magnitude (a page-fault storm is 15x the assumed rate on this machine's test
 //! workload). So every [`RateController::INTERVAL`] the daemon measures what sampling really
-//! cost — the agent's own CPU time, less its HTTP server thread's and its migrations' (serving
-//! scrapes and moving pages are not sampling: a scrape storm or a long migration must not
-//! silence sampling), plus the kernel-measured run time of
-//! the BPF programs — and scales every sampling event's period so the cost lands inside the
-//! budget:
+//! cost — the CPU time of the agent's sampling path (measured on the threads that run it:
+//! nothing else the agent does follows the sample period), plus the kernel-measured run time
+//! of the BPF programs, plus a PMU's interrupts at their assumed cost (`daemon::sample_rate`)
+//! — and scales every sampling event's period so the cost lands inside the budget:
 //!
 //! - over `OVER` x budget: the period grows in proportion (cost is mostly per sample), at most
 //!   `MAX_STEP` x per interval so one noisy interval cannot silence sampling;
@@ -25,7 +24,7 @@ use std::time::Duration;
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Interval {
     pub wall: Duration,
-    /// The agent's CPU time over the interval, less the HTTP server thread's and migration's.
+    /// The CPU time of the agent's sampling path over the interval.
     pub agent_cpu: Duration,
     /// Kernel-measured run time of the sampling BPF programs (zero when the kernel's BPF
     /// statistics are off).
