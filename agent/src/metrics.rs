@@ -145,6 +145,9 @@ pub struct Metrics {
     pub sampling_cpu_seconds: CounterF64,
     pub http_cpu_seconds: CounterF64,
     pub source_restarts: Family<SourceReason, Counter>,
+    pub source_running: Family<SourceLabel, Gauge>,
+    pub sampling_cpu_budget_ratio: GaugeF64,
+    pub targets_refused: Family<Reason, Counter>,
     pub opted_in_pods: Gauge,
     pub pod_list_errors: Counter,
     build_info: Family<VersionLabel, Gauge>,
@@ -179,6 +182,12 @@ impl Metrics {
                 })
                 .inc_by(0);
         }
+        // An alert on refusals needs the series before the first one.
+        m.targets_refused
+            .get_or_create(&Reason {
+                reason: "max_targets".to_owned(),
+            })
+            .inc_by(0);
         for reason in ["mempolicy", "mlocked"] {
             m.pages_skipped
                 .get_or_create(&Reason {
@@ -244,6 +253,11 @@ impl Metrics {
             self.target_samples_per_second_per_gib.clone(),
         );
         registry.register(
+            "targets_refused",
+            "Processes the agent would have managed but did not, by reason: max_targets (the [targets] max_targets limit was reached)",
+            self.targets_refused.clone(),
+        );
+        registry.register(
             "engine_untracked_samples",
             "Samples left out because the target's engine was at [engine] max_superpages",
             self.engine_untracked_samples.clone(),
@@ -286,6 +300,16 @@ impl Metrics {
 
     /// The hotness source: samples, drops, and what sampling costs.
     fn register_sources(&self, registry: &mut Registry) {
+        registry.register(
+            "source_running",
+            "1 while the hotness source named by the label samples and delivers, 0 otherwise (source=\"none\": none could start); the agent is not ready (/readyz 503) while none runs",
+            self.source_running.clone(),
+        );
+        registry.register(
+            "sampling_cpu_budget_ratio",
+            "The sampling path's CPU budget in cores ([sources] cpu_budget_percent / 100), the bound memtide_sampling_cpu_ratio is held to",
+            self.sampling_cpu_budget_ratio.clone(),
+        );
         registry.register(
             "samples",
             "Samples delivered by the hotness source",
@@ -541,7 +565,7 @@ mod tests {
     use super::*;
 
     /// The metric names fixed by the daemon issue; dashboards and alerts use them.
-    pub(crate) const CONTRACT: [&str; 28] = [
+    pub(crate) const CONTRACT: [&str; 31] = [
         "memtide_fast_tier_hit_ratio",
         "memtide_accesses_sampled_total",
         "memtide_samples_total",
@@ -567,6 +591,9 @@ mod tests {
         "memtide_target_samples_total",
         "memtide_target_samples_per_second",
         "memtide_target_samples_per_second_per_gib",
+        "memtide_source_running",
+        "memtide_sampling_cpu_budget_ratio",
+        "memtide_targets_refused_total",
         "memtide_build_info",
         "process_cpu_seconds_total",
         "process_resident_memory_bytes",
@@ -687,6 +714,11 @@ mod tests {
                 .get_or_create(&TargetLabel { target: target() })
                 .set(1.0);
         }
+        m.source_running
+            .get_or_create(&SourceLabel {
+                source: "swfault".into(),
+            })
+            .set(1);
         (m, registry)
     }
 

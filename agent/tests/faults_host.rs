@@ -81,9 +81,14 @@ fn run_with_caps(caps: &[&str], port: u16, args: &[&str]) -> std::process::Child
 }
 
 fn wait_ready(child: &mut std::process::Child, port: u16) {
+    wait_for(child, port, "/readyz");
+}
+
+/// Waits until `path` answers 200.
+fn wait_for(child: &mut std::process::Child, port: u16, path: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while Instant::now() < deadline {
-        if let Some((200, _)) = http_get(port, "/readyz") {
+        if let Some((200, _)) = http_get(port, path) {
             return;
         }
         if let Ok(Some(status)) = child.try_wait() {
@@ -93,7 +98,7 @@ fn wait_ready(child: &mut std::process::Child, port: u16) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
-    panic!("memtide run not ready within 30 s");
+    panic!("memtide run: {path} not 200 within 30 s");
 }
 
 fn stop(mut child: std::process::Child) -> (std::process::ExitStatus, String) {
@@ -257,8 +262,22 @@ fn without_cap_bpf_the_agent_degrades_and_names_the_capability() {
     let workload = Workload::spawn(&["--pages", "64", "--no-thp"]);
     let port = support::free_port();
     let mut agent = run_with_caps(&caps, port, &["--pid", &workload.pid.to_string()]);
-    // Still serves metrics and health: an operator can see what is wrong.
-    wait_ready(&mut agent, port);
+    // Still serves metrics and health: an operator can see what is wrong. But it samples
+    // nothing, and is not ready.
+    wait_for(&mut agent, port, "/healthz");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut readyz = http_get(port, "/readyz");
+    while readyz
+        .as_ref()
+        .is_some_and(|(_, body)| body.contains("starting"))
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(100));
+        readyz = http_get(port, "/readyz");
+    }
+    let readyz = readyz.expect("/readyz");
+    assert_eq!(readyz.0, 503, "{readyz:?}");
+    assert!(readyz.1.contains("no hotness source runs"), "{readyz:?}");
     let (code, status) = http_get(port, "/status").expect("/status");
     assert_eq!(code, 200);
     let status: serde_json::Value = serde_json::from_str(&status).expect("status JSON");

@@ -64,6 +64,8 @@ pub(super) struct Agent {
     /// Selector failures last logged (logged again only when they change).
     pub(super) selector_problems: Vec<String>,
     pub(super) source: Option<Box<dyn HotnessSource>>,
+    /// Why no source runs, when none could start.
+    pub(super) source_failure: Option<String>,
     /// The pids the source was last given.
     pub(super) source_pids: Vec<u32>,
     /// Route changes for the source's delivery task; `None` before it starts and after it ends.
@@ -207,6 +209,21 @@ impl Agent {
         }
     }
 
+    /// Why the agent is not ready: no source samples, or its records no longer reach the
+    /// targets. `None` while one does.
+    pub(super) fn not_ready(&self) -> Option<String> {
+        match (&self.source, &self.routes) {
+            (Some(_), Some(_)) => None,
+            (Some(source), None) => Some(format!(
+                "the {} source's delivery has ended: no samples reach the targets",
+                source.kind()
+            )),
+            (None, _) => Some(self.source_failure.clone().unwrap_or_else(|| {
+                "no hotness source runs (see the log and `memtide probe`)".to_owned()
+            })),
+        }
+    }
+
     /// Starts managing `pid`; false when the target limit is reached or it cannot be opened.
     pub(super) fn add_target(&mut self, pid: u32) -> bool {
         if self.targets.contains_key(&pid) {
@@ -214,6 +231,19 @@ impl Agent {
         }
         if self.targets.len() >= self.config.targets.max_targets {
             self.skipped_targets += 1;
+            self.metrics
+                .targets_refused
+                .get_or_create(&crate::metrics::Reason {
+                    // Observing every process, a busy machine always has more than the limit:
+                    // not the refusal of a target someone chose.
+                    reason: if self.observe_all {
+                        "max_targets_observing_all"
+                    } else {
+                        "max_targets"
+                    }
+                    .to_owned(),
+                })
+                .inc();
             if self.skipped_targets.is_power_of_two() {
                 tracing::warn!(
                     pid,

@@ -1,12 +1,12 @@
 //! The agent's HTTP endpoints: `/metrics` (OpenMetrics), `/healthz` (the process answers),
-//! `/readyz` (a source runs and the first target pass is done), `/status` (JSON, see
-//! [`super::status`]).
+//! `/readyz` (a sampling source runs and the first target pass is done; 503 with the reason
+//! otherwise), `/status` (JSON, see [`super::status`]).
 
 use std::{
     net::SocketAddr,
     sync::{
         Arc, Mutex, RwLock,
-        atomic::{AtomicBool, AtomicU64, Ordering},
+        atomic::{AtomicU64, Ordering},
     },
     time::{Duration, Instant},
 };
@@ -40,7 +40,7 @@ const STALE_LIMIT: Duration = Duration::from_secs(5);
 pub struct Shared {
     pub registry: Arc<Registry>,
     pub status: Arc<RwLock<AgentStatus>>,
-    pub ready: Arc<AtomicBool>,
+    pub ready: Arc<Readiness>,
     pub cache: Arc<Mutex<ResponseCache>>,
 }
 
@@ -49,7 +49,7 @@ impl Shared {
     pub fn new(
         registry: Arc<Registry>,
         status: Arc<RwLock<AgentStatus>>,
-        ready: Arc<AtomicBool>,
+        ready: Arc<Readiness>,
     ) -> Self {
         Self {
             registry,
@@ -93,6 +93,43 @@ enum Cached {
     Status,
 }
 
+/// What `/readyz` answers. An agent that runs without a sampling source serves metrics but
+/// tiers nothing: an orchestrator or a load balancer must not count it as working, so it is
+/// not ready, and says why.
+#[derive(Debug)]
+pub struct Readiness(RwLock<Option<String>>);
+
+impl Readiness {
+    /// Not ready yet: start-up is under way.
+    #[must_use]
+    pub fn starting() -> Self {
+        Self(RwLock::new(Some("starting".to_owned())))
+    }
+
+    /// Ready (`None`), or not ready for `reason`.
+    pub fn set(&self, not_ready: Option<String>) {
+        let unchanged = match self.0.read() {
+            Ok(current) => *current == not_ready,
+            Err(_) => false,
+        };
+        if !unchanged {
+            match self.0.write() {
+                Ok(mut current) => *current = not_ready,
+                Err(poisoned) => *poisoned.into_inner() = not_ready,
+            }
+        }
+    }
+
+    /// Why the agent is not ready; `None` when it is.
+    #[must_use]
+    pub fn reason(&self) -> Option<String> {
+        match self.0.read() {
+            Ok(current) => current.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+}
+
 /// Recently encoded responses, by [`Cached`] kind.
 #[derive(Debug, Default)]
 pub struct ResponseCache {
@@ -128,10 +165,13 @@ async fn healthz() -> &'static str {
 }
 
 async fn readyz(State(shared): State<Shared>) -> Response {
-    if shared.ready.load(Ordering::Relaxed) {
-        (StatusCode::OK, "ready\n").into_response()
-    } else {
-        (StatusCode::SERVICE_UNAVAILABLE, "starting\n").into_response()
+    match shared.ready.reason() {
+        None => (StatusCode::OK, "ready\n").into_response(),
+        Some(reason) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("not ready: {reason}\n"),
+        )
+            .into_response(),
     }
 }
 
@@ -303,7 +343,7 @@ mod tests {
         Shared::new(
             Arc::new(Registry::default()),
             Arc::new(RwLock::new(AgentStatus::default())),
-            Arc::new(AtomicBool::new(true)),
+            Arc::new(Readiness::starting()),
         )
     }
 

@@ -10,10 +10,7 @@ use std::{
     collections::BTreeMap,
     os::fd::OwnedFd,
     path::Path,
-    sync::{
-        Arc, RwLock,
-        atomic::{AtomicBool, Ordering},
-    },
+    sync::{Arc, RwLock, atomic::Ordering},
     time::{Duration, Instant},
 };
 
@@ -60,7 +57,7 @@ pub(super) struct Running {
     control: mpsc::UnboundedReceiver<Control>,
     http: http::HttpServer,
     http_stop: watch::Sender<bool>,
-    ready: Arc<AtomicBool>,
+    ready: Arc<http::Readiness>,
     /// The source's delivery task.
     delivery: Option<JoinHandle<()>>,
     /// Observe-all mode: samples of processes that have no target yet.
@@ -119,14 +116,18 @@ pub(super) async fn start(
     }
     tracing::info!(source = %source_name, targets = agent.targets.len(), observe_all = agent.observe_all, "memtide running");
     let notifier = Notifier::from_env();
-    ready.store(true, Ordering::Relaxed);
-    notifier.ready(&format!(
-        "source {source_name}; {}",
-        agent
+    let not_ready = agent.not_ready();
+    // systemd hears that the process is up either way (a unit that never became ready would
+    // be restarted in a loop); what it does is in its status line and in /readyz.
+    let doing = match &not_ready {
+        Some(reason) => format!("not ready: {reason}"),
+        None => agent
             .observe_reason
-            .as_deref()
-            .unwrap_or("migrating between tiers")
-    ));
+            .clone()
+            .unwrap_or_else(|| "migrating between tiers".to_owned()),
+    };
+    ready.set(not_ready);
+    notifier.ready(&format!("source {source_name}; {doing}"));
     Ok(Running {
         address: agent.config.agent.listen,
         agent,
@@ -153,7 +154,7 @@ async fn prepare(
         Agent,
         http::HttpServer,
         watch::Sender<bool>,
-        Arc<AtomicBool>,
+        Arc<http::Readiness>,
     ),
     DaemonError,
 > {
@@ -191,6 +192,9 @@ async fn prepare(
         tracing::warn!("not migrating: {reason}");
     }
     let (metrics, registry) = Metrics::new();
+    metrics
+        .sampling_cpu_budget_ratio
+        .set(config.sources.cpu_budget_percent / 100.0);
     let status = Arc::new(RwLock::new(AgentStatus {
         version: env!("CARGO_PKG_VERSION").to_owned(),
         source: "none".to_owned(),
@@ -200,7 +204,7 @@ async fn prepare(
         node_costs: agent::node_costs(&config, &tiered).into_values().collect(),
         targets: Vec::new(),
     }));
-    let ready = Arc::new(AtomicBool::new(false));
+    let ready = Arc::new(http::Readiness::starting());
     let listener = http::bind(config.agent.listen)
         .await
         .map_err(DaemonError::Listen)?;
@@ -247,6 +251,7 @@ async fn prepare(
         selector_problems: Vec::new(),
         source_pids: Vec::new(),
         source: None,
+        source_failure: None,
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),
         published: Published::default(),
@@ -303,7 +308,10 @@ async fn start_source(
     .await
     .unwrap_or_else(|error| std::panic::resume_unwind(error.into_panic()));
     agent.source_pids = pids;
-    let mut source = source?;
+    let Some(mut source) = source else {
+        agent.source_failure = Some(no_source_reason(&agent.config.sources.order));
+        return None;
+    };
     let (routes, routes_rx) = mpsc::unbounded_channel();
     let delivery = source.deliver(Delivery {
         routes: routes_rx,
@@ -335,6 +343,20 @@ async fn start_source(
         });
     }
     Some(task)
+}
+
+/// What `/readyz` says when no source could start.
+fn no_source_reason(order: &[memtide_host::probe::SourceKind]) -> String {
+    let tried = if order.is_empty() {
+        "of those `memtide probe` ranks usable".to_owned()
+    } else {
+        let names: Vec<&str> = order.iter().map(|kind| kind.as_str()).collect();
+        format!("in [sources] order ({})", names.join(", "))
+    };
+    format!(
+        "no hotness source runs: none {tried} could start on this machine (the log says why \
+         each failed; `memtide probe` lists what this machine offers)"
+    )
 }
 
 /// Until a stop: targets, metrics, the sample period, the watchdog, reloads.
@@ -383,6 +405,7 @@ pub(super) async fn event_loop(mut running: Running) -> Running {
                 TargetInput::Regions(_) => agent,
             },
         };
+        running.ready.set(running.agent.not_ready());
     }
     running
 }
@@ -419,7 +442,7 @@ fn claim(agent: &mut Agent, batch: Vec<AccessSample>) {
 /// Stops taking samples, lets epochs finish, then releases the kernel's resources.
 pub(super) async fn shutdown(mut running: Running) {
     running.notifier.stopping();
-    running.ready.store(false, Ordering::Relaxed);
+    running.ready.set(Some("stopping".to_owned()));
     let agent = &mut running.agent;
     // No more route changes: delivery ends and the targets' channels close behind it.
     agent.routes = None;

@@ -33,6 +33,13 @@ impl Agent {
             .as_ref()
             .map_or("none", |source| source.kind().as_str())
             .to_owned();
+        let running = i64::from(self.not_ready().is_none());
+        self.metrics
+            .source_running
+            .get_or_create(&SourceLabel {
+                source: kind.clone(),
+            })
+            .set(running);
         self.publish_samples(&kind);
         self.publish_drops(&kind);
         self.publish_bpf_time();

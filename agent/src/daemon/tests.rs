@@ -159,6 +159,8 @@ mod with_a_fake_source {
     use super::{super::*, Path, Sleeper, copy_tree};
     use crate::sources::fake::{FakeControl, FakeSources};
 
+    mod readiness;
+
     struct Machine {
         dir: tempfile::TempDir,
         config: PathBuf,
@@ -189,6 +191,10 @@ mod with_a_fake_source {
 
         async fn start(&self) -> (Daemon, FakeControl) {
             let (sources, control) = FakeSources::new();
+            (self.start_with(sources).await, control)
+        }
+
+        async fn start_with(&self, sources: FakeSources) -> Daemon {
             let env = Environment {
                 root: HostRoot::new(self.dir.path()),
                 sources: Arc::new(sources),
@@ -197,8 +203,7 @@ mod with_a_fake_source {
                 config: Some(self.config.clone()),
                 ..RunOptions::default()
             };
-            let daemon = Daemon::start(options, env).await.expect("the agent starts");
-            (daemon, control)
+            Daemon::start(options, env).await.expect("the agent starts")
         }
     }
 
@@ -234,10 +239,13 @@ mod with_a_fake_source {
 
     /// `/metrics` of the agent, over plain HTTP/1.0.
     fn metrics(daemon: &Daemon) -> String {
+        get(daemon, "/metrics")
+    }
+
+    /// The whole response (status line, headers, body) to `GET path`, over plain HTTP/1.0.
+    fn get(daemon: &Daemon, path: &str) -> String {
         let mut stream = TcpStream::connect(daemon.address()).expect("connect");
-        stream
-            .write_all(b"GET /metrics HTTP/1.0\r\nHost: localhost\r\n\r\n")
-            .unwrap();
+        write!(stream, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").unwrap();
         let mut body = String::new();
         stream.read_to_string(&mut body).unwrap();
         body

@@ -64,6 +64,15 @@ impl FakeSources {
     }
 }
 
+impl FakeSources {
+    /// A machine where no source starts.
+    pub(crate) fn none() -> Self {
+        Self {
+            source: Mutex::new(None),
+        }
+    }
+}
+
 impl SourceFactory for FakeSources {
     fn start(&self, request: &SourceRequest<'_>) -> Option<Box<dyn HotnessSource>> {
         let mut source = self.source.lock().ok()?.take()?;

@@ -177,7 +177,7 @@ impl SourceFactory for KernelSources {
         if source.is_none() {
             tracing::error!(
                 tried = ?order,
-                "no hotness source could start; serving metrics only (see `memtide probe`)"
+                "no hotness source could start; serving metrics only, not ready (/readyz answers 503; see `memtide probe`)"
             );
         }
         source
