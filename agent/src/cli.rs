@@ -7,7 +7,13 @@ use clap::{Args, Parser, Subcommand};
 
 /// memtide: keep hot memory in the fast tier and cold memory in the slow tier, from user space.
 #[derive(Debug, Parser)]
-#[command(name = "memtide", version, about, propagate_version = true)]
+#[command(
+    name = "memtide",
+    version,
+    about,
+    propagate_version = true,
+    after_help = crate::exit::EXIT_CODES
+)]
 pub(crate) struct Cli {
     /// More log output on stderr (-v info, -vv debug, -vvv trace). RUST_LOG overrides.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
@@ -68,8 +74,9 @@ pub(crate) struct RunArgs {
     #[arg(long = "cgroup", value_name = "PATH")]
     pub(crate) cgroups: Vec<PathBuf>,
 
-    /// Address for the HTTP endpoints [default: [agent] listen, 127.0.0.1:9477].
-    #[arg(long, value_name = "ADDR")]
+    /// Address for the HTTP endpoints, IP:PORT or HOST:PORT [default: [agent] listen,
+    /// 127.0.0.1:9477].
+    #[arg(long, value_name = "ADDR", value_parser = memtide_config::resolve_address)]
     pub(crate) listen: Option<std::net::SocketAddr>,
 
     /// Log line format on stderr [default: [agent] log_format, human].
@@ -93,7 +100,7 @@ pub(crate) struct RecordArgs {
     pub(crate) output: PathBuf,
 
     /// Stop after this many seconds [default: when every process has exited, or on Ctrl-C].
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", value_parser = positive_seconds, allow_negative_numbers = true)]
     pub(crate) duration: Option<f64>,
 
     /// Sampling source [default: the best this machine has].
@@ -105,8 +112,8 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "PERIOD", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) period: Option<u64>,
 
-    /// Size of the BPF sample ring in bytes (a power of two, at least one page).
-    #[arg(long, default_value_t = 1 << 22, value_name = "BYTES")]
+    /// Size of the BPF sample ring: a power of two from 4K to 2G, in bytes or with K, M or G.
+    #[arg(long, default_value = "4M", value_name = "SIZE", value_parser = ring_size)]
     pub(crate) ring_bytes: u32,
 
     /// Print the summary as JSON.
@@ -116,9 +123,15 @@ pub(crate) struct RecordArgs {
 
 #[derive(Debug, Args)]
 pub(crate) struct StatusArgs {
-    /// The agent's HTTP address.
-    #[arg(long, default_value = "127.0.0.1:9477", value_name = "ADDR")]
-    pub(crate) address: std::net::SocketAddr,
+    /// The agent's HTTP address, IP:PORT or HOST:PORT [default: [agent] listen of --config,
+    /// else 127.0.0.1:9477].
+    #[arg(long, value_name = "ADDR", value_parser = memtide_config::resolve_address)]
+    pub(crate) address: Option<std::net::SocketAddr>,
+
+    /// The agent's configuration file, for its `[agent] listen` [default:
+    /// /etc/memtide/memtide.toml if it exists].
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
 
     /// Print the agent's JSON instead of the table.
     #[arg(long)]
@@ -177,4 +190,48 @@ pub(crate) struct ProbeArgs {
     /// check still runs on the real kernel; nothing is written under another root.
     #[arg(long, hide = true, default_value = "/", value_name = "PATH")]
     pub(crate) root: PathBuf,
+}
+
+/// `--ring-bytes`: a size the BPF ring takes.
+fn ring_size(text: &str) -> Result<u32, String> {
+    let bytes = memtide_sim::args::parse_size(text)?;
+    match u32::try_from(bytes) {
+        Ok(bytes) if bytes >= 4096 && bytes.is_power_of_two() => Ok(bytes),
+        _ => Err(format!(
+            "{text} is not a power of two in the accepted range [4K, 2G]"
+        )),
+    }
+}
+
+/// A duration in seconds, above 0.
+fn positive_seconds(text: &str) -> Result<f64, String> {
+    match text.trim().parse::<f64>() {
+        Ok(seconds) if seconds.is_finite() && seconds > 0.0 => Ok(seconds),
+        Ok(_) => Err(format!(
+            "{text} is outside the accepted range: seconds above 0"
+        )),
+        Err(_) => Err(format!("{text:?} is not a number of seconds")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_sizes_and_durations_name_what_is_accepted() {
+        assert_eq!(ring_size("4M"), Ok(4 << 20));
+        assert_eq!(ring_size("4096"), Ok(4096));
+        assert!(ring_size("3M").unwrap_err().contains("[4K, 2G]"));
+        assert!(ring_size("4G").unwrap_err().contains("[4K, 2G]"));
+        assert_eq!(positive_seconds("1.5"), Ok(1.5));
+        assert!(positive_seconds("0").unwrap_err().contains("above 0"));
+        assert!(positive_seconds("-2").unwrap_err().contains("above 0"));
+    }
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        use clap::CommandFactory as _;
+        Cli::command().debug_assert();
+    }
 }

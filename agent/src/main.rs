@@ -1,15 +1,17 @@
 //! The `memtide` binary: argument parsing, logging, exit codes. All logic lives in the library.
 
 mod cli;
+mod exit;
 
 use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
 use memtide_host::{
-    probe::{BpfStatus, Probe, ProbeOptions, damon::OpsProbe},
+    probe::{BpfStatus, Probe, ProbeOptions, SourceKind, damon::OpsProbe},
     sysfs::HostRoot,
 };
+use memtide_sim::args::UsageError;
 use tracing_subscriber::EnvFilter;
 
 use crate::cli::{Cli, Command, ExecArgs, ProbeArgs};
@@ -22,10 +24,7 @@ fn main() -> ExitCode {
     init_logging(cli.verbose, false);
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("memtide: error: {e:#}");
-            ExitCode::FAILURE
-        }
+        Err(error) => exit::report(&error),
     }
 }
 
@@ -94,9 +93,18 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
     match runtime.block_on(daemon::run(options)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(error) => {
-            tracing::error!("{error}");
-            eprintln!("memtide: error: {error}");
-            ExitCode::from(error.exit_code())
+            let code = error.exit_code();
+            // Once: a JSON log gets a JSON line (a plain one would break its parser), a human
+            // one the same line as every other subcommand's errors.
+            if json {
+                tracing::error!("{error}");
+            } else {
+                eprintln!(
+                    "memtide: error: {}",
+                    exit::one_line(&anyhow::Error::new(error))
+                );
+            }
+            ExitCode::from(code)
         }
     }
 }
@@ -106,19 +114,28 @@ fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
     use memtide::record::{RecordOptions, record};
     use memtide_host::probe::SourceKind;
 
-    if !args.ring_bytes.is_power_of_two() || args.ring_bytes < 4096 {
-        bail!(
-            "--ring-bytes {}: must be a power of two of at least 4096",
-            args.ring_bytes
-        );
-    }
-    let duration = match args.duration {
-        Some(seconds) if !(seconds.is_finite() && seconds > 0.0) => {
-            bail!("--duration {seconds}: must be a positive number of seconds")
+    let duration = args.duration.map(std::time::Duration::from_secs_f64);
+    // What the command line names must be there: usage errors, before anything is set up.
+    for pid in &args.pids {
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            return Err(UsageError(format!(
+                "--pid {pid}: no such process; name a running process"
+            ))
+            .into());
         }
-        Some(seconds) => Some(std::time::Duration::from_secs_f64(seconds)),
-        None => None,
+    }
+    let directory = match args.output.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => std::path::Path::new("."),
     };
+    if !directory.is_dir() {
+        return Err(UsageError(format!(
+            "-o {}: {} is not a directory",
+            args.output.display(),
+            directory.display()
+        ))
+        .into());
+    }
     let source = args.source.as_deref().map(|name| match name {
         "pebs" => SourceKind::Pebs,
         "ibs" => SourceKind::Ibs,
@@ -162,22 +179,45 @@ fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Where `memtide status` finds the agent: `--address`, else the configuration's `[agent]
+/// listen` (an unspecified address, `0.0.0.0`, is reached on loopback), else the default.
+fn agent_address(args: &cli::StatusArgs) -> anyhow::Result<std::net::SocketAddr> {
+    use memtide_config::Config;
+    if let Some(address) = args.address {
+        return Ok(address);
+    }
+    let path = match &args.config {
+        Some(path) => Some(path.clone()),
+        None => Some(std::path::PathBuf::from(memtide_config::DEFAULT_PATH)).filter(|p| p.exists()),
+    };
+    let mut address = match path {
+        Some(path) => Config::load(&path)?.agent.listen,
+        None => Config::default().agent.listen,
+    };
+    if address.ip().is_unspecified() {
+        address.set_ip(match address {
+            std::net::SocketAddr::V4(_) => std::net::Ipv4Addr::LOCALHOST.into(),
+            std::net::SocketAddr::V6(_) => std::net::Ipv6Addr::LOCALHOST.into(),
+        });
+    }
+    Ok(address)
+}
+
 /// `memtide status`: GET /status from the running agent.
 fn status(args: &cli::StatusArgs) -> anyhow::Result<()> {
     use std::io::{Read as _, Write as _};
+    let address = agent_address(args)?;
     let mut stream =
-        std::net::TcpStream::connect_timeout(&args.address, std::time::Duration::from_secs(2))
+        std::net::TcpStream::connect_timeout(&address, std::time::Duration::from_secs(2))
             .with_context(|| {
                 format!(
-                    "connecting to the agent at {} (is `memtide run` running? see --address)",
-                    args.address
+                    "connecting to the agent at {address} (is `memtide run` running? see --address)"
                 )
             })?;
     stream.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
     write!(
         stream,
-        "GET /status HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        args.address
+        "GET /status HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n"
     )?;
     let mut response = String::new();
     stream.read_to_string(&mut response)?;
@@ -209,20 +249,76 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let Some(path) = &args.file else {
-        bail!("give a FILE to check, or --print-defaults");
+        return Err(UsageError("give a FILE to check, or --print-defaults".to_owned()).into());
     };
     let config = Config::load(path)?;
     memtide_config::check_permissions(path)?;
-    let topology = Topology::read(&HostRoot::default()).ok();
-    let problems = config.problems(topology.as_ref());
+    let root = HostRoot::default();
+    let topology = Topology::read(&root).ok();
+    let mut problems: Vec<String> = config
+        .problems(topology.as_ref())
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    problems.extend(source_order_problem(&config.sources.order, &root));
     if problems.is_empty() {
         println!("{}: ok", path.display());
         return Ok(());
     }
     for problem in &problems {
-        eprintln!("{}: {problem}", path.display());
+        eprintln!("memtide: error: {}: {problem}", path.display());
     }
-    bail!("{}: {} problem(s)", path.display(), problems.len());
+    Err(exit::Reported {
+        count: problems.len(),
+        code: exit::USAGE,
+    }
+    .into())
+}
+
+/// A `[sources] order` none of whose sources this machine offers: the agent would start,
+/// serve metrics and sample nothing (it is not ready, and says so, but a check before a
+/// deployment should say it first).
+fn source_order_problem(order: &[SourceKind], root: &HostRoot) -> Option<String> {
+    use memtide_host::probe::{self, damon::DamonStatus, pmu::PmuScan};
+    if order.is_empty() {
+        return None;
+    }
+    let pmus = PmuScan::read(root).unwrap_or_default();
+    let damon = DamonStatus::read(root, OpsProbe::ReadOnly).unwrap_or_else(|error| DamonStatus {
+        present: false,
+        nr_kdamonds: 0,
+        kdamonds: Vec::new(),
+        operations: Vec::new(),
+        operations_source: error.to_string(),
+        tracepoint: false,
+        tracepoint_detail: String::new(),
+    });
+    let kernel =
+        memtide_host::sysfs::read_trimmed(&root.path(probe::kernel::OSRELEASE)).unwrap_or_default();
+    let bpf = check_bpf(root);
+    let checks = probe::rank(&probe::SourceInputs {
+        bpf_available: bpf.available,
+        kernel: &kernel,
+        pmus: &pmus,
+        damon: &damon,
+    });
+    let mut reasons = Vec::new();
+    for kind in order {
+        let check = checks.iter().find(|check| check.kind == *kind)?;
+        // The agent tries DAMON wherever it is present (what keeps it from running, a busy
+        // kdamond, can change by the time it starts).
+        let damon_present = *kind == SourceKind::Damon && damon.present;
+        if check.usable || (damon_present && bpf.available) {
+            return None;
+        }
+        reasons.push(format!("{kind}: {}", check.reason));
+    }
+    Some(format!(
+        "sources.order: no source it names can run on this machine ({}); the agent would sample \
+         nothing. `memtide probe` lists the sources this machine offers; an empty order picks \
+         the best of them",
+        reasons.join("; ")
+    ))
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -280,13 +376,17 @@ fn exec(args: &ExecArgs) -> anyhow::Result<()> {
         .command
         .split_first()
         .context("no command given after --")?;
-    let error = std::process::Command::new(program).args(rest).exec();
-    Err(anyhow::Error::new(error).context(format!("cannot run {}", program.to_string_lossy())))
+    let source = std::process::Command::new(program).args(rest).exec();
+    Err(exit::ExecFailed {
+        program: program.to_string_lossy().into_owned(),
+        source,
+    }
+    .into())
 }
 
 fn probe(args: &ProbeArgs) -> anyhow::Result<()> {
     if !args.root.is_dir() {
-        bail!("--root {}: not a directory", args.root.display());
+        return Err(UsageError(format!("--root {}: not a directory", args.root.display())).into());
     }
     let root = HostRoot::new(&args.root);
     let bpf = check_bpf(&root);

@@ -274,7 +274,7 @@ fn convert_writes_the_record_weight_into_the_native_header() {
     assert_eq!(converted["footprint_bytes"], original["footprint_bytes"]);
     assert_eq!(converted["fast_hit_ratio"], original["fast_hit_ratio"]);
     let refused = convert("0");
-    assert_eq!(refused.status.code(), Some(1), "a zero weight is refused");
+    assert_eq!(refused.status.code(), Some(2), "a zero weight is refused");
 }
 
 /// `--engine-config` lays an agent configuration file's `[engine]` table over the simulated

@@ -58,6 +58,8 @@ pub struct Config {
 pub struct AgentConfig {
     /// HTTP address for /metrics, /healthz, /readyz and /status. Loopback by default: the
     /// endpoints describe other processes' memory and are not meant for the network.
+    /// `IP:PORT`, or `HOST:PORT` with a host name resolved at start (`localhost:9477`).
+    #[serde(deserialize_with = "deserialize_address")]
     pub listen: SocketAddr,
     /// Run everything except migration; report what would have moved.
     pub observe: bool,
@@ -77,6 +79,37 @@ impl Default for AgentConfig {
             on_conflict: CoexistMode::Warn,
         }
     }
+}
+
+/// `IP:PORT`, or `HOST:PORT` with the host name resolved (its first address: `localhost` is
+/// 127.0.0.1 where the system lists that first), for `listen` and the command line's
+/// `--listen` and `--address`.
+pub fn resolve_address(text: &str) -> Result<SocketAddr, String> {
+    use std::net::ToSocketAddrs as _;
+    if let Ok(address) = text.parse() {
+        return Ok(address);
+    }
+    if text
+        .rsplit_once(':')
+        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    {
+        return Err(format!(
+            "{text:?} is not an address: give IP:PORT or HOST:PORT (e.g. 127.0.0.1:9477, localhost:9477)"
+        ));
+    }
+    match text.to_socket_addrs() {
+        Ok(mut addresses) => addresses
+            .next()
+            .ok_or_else(|| format!("{text}: the host name has no address")),
+        Err(error) => Err(format!("{text}: cannot resolve the host name: {error}")),
+    }
+}
+
+fn deserialize_address<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<SocketAddr, D::Error> {
+    let text = String::deserialize(deserializer)?;
+    resolve_address(&text).map_err(serde::de::Error::custom)
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -546,6 +579,28 @@ mod tests {
                 .to_string()
                 .contains("kubernetes.poll_seconds")
         );
+    }
+
+    #[test]
+    fn listen_takes_host_names_and_says_what_an_address_is() {
+        let config = parse("[agent]\nlisten = \"localhost:9478\"\n").unwrap();
+        assert!(
+            config.agent.listen.ip().is_loopback(),
+            "{}",
+            config.agent.listen
+        );
+        assert_eq!(config.agent.listen.port(), 9478);
+        let config = parse("[agent]\nlisten = \"[::1]:9\"\n").unwrap();
+        assert_eq!(config.agent.listen.to_string(), "[::1]:9");
+        let error = parse("\n[agent]\nlisten = \"localhost\"\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.starts_with("test.toml:3:") && error.contains("HOST:PORT"),
+            "{error}"
+        );
+        assert!(resolve_address("localhost:70000").is_err());
+        assert!(resolve_address(":80").is_err());
     }
 
     #[test]

@@ -14,6 +14,7 @@ use memtide_core::policy::EpochConfig;
 
 use super::{
     PolicyName,
+    args::{UsageError, parse_fraction, parse_positive_u32, parse_size},
     density::DensityModel,
     model::{Preset, PresetName},
     run::{FastSize, SimConfig},
@@ -41,25 +42,27 @@ pub struct SimArgs {
     #[arg(long, value_enum, default_value = "pmem")]
     pub preset: PresetName,
 
-    /// Fast-tier capacity as a fraction of the trace's footprint. Default 0.25.
-    #[arg(long, value_name = "F", conflicts_with = "fast_capacity")]
+    /// Fast-tier capacity as a fraction of the trace's footprint, in [0, 1]. Default 0.25.
+    #[arg(long, value_name = "F", conflicts_with = "fast_capacity",
+          value_parser = parse_fraction, allow_negative_numbers = true)]
     pub fast_ratio: Option<f64>,
 
-    /// Fast-tier capacity in bytes.
-    #[arg(long, value_name = "BYTES")]
+    /// Fast-tier capacity: bytes, or a size with K, M, G or T (64M, 1.5G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub fast_capacity: Option<u64>,
 
     /// One sample per N records on average for the sampling policies (every sampler but
     /// swfault). Default: the density the agent's shipped defaults give a busy server of
     /// --cpus CPUs (at 32, one sample per 128,000 LLC misses: 8,000 records of 16 accesses);
     /// with --suite, 4 (the suite sweeps the densities itself).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub sample_rate: Option<u32>,
 
     /// CPUs of the server whose density the replay samples at, without --sample-rate: the
     /// agent's budget buys the machine 5,000 samples a second, which its CPUs' memory traffic
     /// (2×10^7 LLC misses a second each) shares out. Default 32.
-    #[arg(long, value_name = "N", conflicts_with_all = ["sample_rate", "suite"])]
+    #[arg(long, value_name = "N", conflicts_with_all = ["sample_rate", "suite"],
+          value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub cpus: Option<u32>,
 
     /// What the sampling source delivers: `ideal` (1 in N records, kind kept), `pebs` (loads
@@ -70,8 +73,8 @@ pub struct SimArgs {
     pub sampler: SamplerName,
 
     /// Accesses one trace record stands for (overrides the trace's own; lackey and perf-script
-    /// traces declare 1).
-    #[arg(long, value_name = "K")]
+    /// traces declare 1). At least 1.
+    #[arg(long, value_name = "K", value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub record_weight: Option<u32>,
 
     /// Policy to simulate.
@@ -99,7 +102,8 @@ pub struct SimArgs {
     /// Replay the trace this many times back to back: a long steady state, whose hot set a
     /// sparse sampler samples as a longer run would (first touch places memory once; every pass
     /// repeats the program's start-up). Default 1.
-    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "suite")]
+    #[arg(long, value_name = "N", default_value_t = 1, conflicts_with = "suite",
+          value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub repeat: u32,
 
     /// Print one JSON object.
@@ -123,8 +127,8 @@ pub struct SimArgs {
     #[arg(long, value_name = "N", default_value_t = 2_000_000)]
     pub records: u64,
 
-    /// Suite: footprint of the synthetic workloads, bytes.
-    #[arg(long, value_name = "BYTES", default_value_t = 256 << 20)]
+    /// Suite: footprint of the synthetic workloads: bytes, or a size with K, M, G or T.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
     pub footprint: u64,
 
     /// Suite: worker threads (default: available parallelism).
@@ -137,8 +141,8 @@ pub struct SimArgs {
 pub struct GenArgs {
     #[arg(long, value_enum)]
     pub workload: Workload,
-    /// Footprint, bytes.
-    #[arg(long, value_name = "BYTES")]
+    /// Footprint: bytes, or a size with K, M, G or T (64M, 1G).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     pub footprint: u64,
     /// Records to write.
     #[arg(long, value_name = "N")]
@@ -161,7 +165,7 @@ pub struct ConvertArgs {
     pub format: Option<Format>,
     /// Accesses one record stands for, written into the output's header (a capture that kept 1
     /// access in K: K), so that no replay needs `--record-weight`. Default: the input's own.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub record_weight: Option<u32>,
     /// Skip (and count) malformed lines instead of failing.
     #[arg(long)]
@@ -173,16 +177,15 @@ pub struct ConvertArgs {
 
 /// `memtide convert`: any trace to the native format, with its record weight in the header.
 pub fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
-    if args.record_weight == Some(0) {
-        bail!("--record-weight 0: a record stands for at least one access");
-    }
+    input_file("--trace", &args.trace)?;
+    output_file("--out", &args.out)?;
     if std::fs::canonicalize(&args.out).ok() == std::fs::canonicalize(&args.trace).ok()
         && args.out.exists()
     {
-        bail!(
+        return Err(usage(format!(
             "--out {} is the trace being read: choose another output file",
             args.out.display()
-        );
+        )));
     }
     let spec = FileTrace {
         path: args.trace.clone(),
@@ -190,9 +193,7 @@ pub fn convert(args: &ConvertArgs) -> anyhow::Result<()> {
         lenient: args.lenient,
         record_weight: args.record_weight,
     };
-    let mut source = spec
-        .open()
-        .with_context(|| format!("reading {}", args.trace.display()))?;
+    let mut source = spec.open().with_context(|| reading(&args.trace))?;
     let meta = source.meta().clone();
     let records = write_native(&mut *source, &meta, &args.out)?;
     let skipped = source.skipped();
@@ -279,19 +280,21 @@ fn engine_overrides(
     preset: &Preset,
 ) -> anyhow::Result<toml::Table> {
     if !policy.reads_engine_config() {
-        bail!(
+        return Err(usage(format!(
             "--engine-config configures memtide's engine, which --policy {} does not run \
              (it applies to memtide, static-4k, static-64k and static-2m, and its shortest \
              epoch to hindsight-epoch)",
             policy.name()
-        );
+        )));
     }
-    engine_table(file, preset)
+    // Everything wrong with the file is the caller's to fix.
+    engine_table(file, preset).map_err(|error| usage(format!("{error:#}")))
 }
 
 /// The `[engine]` table of the agent configuration file at `path`, checked against the
 /// simulator's configuration for `preset` (unknown keys, invalid values).
 fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
+    input_file("--engine-config", path)?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading --engine-config {}", path.display()))?;
     let mut file: toml::Table =
@@ -320,24 +323,55 @@ fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
     Ok(engine)
 }
 
+fn usage(message: String) -> anyhow::Error {
+    anyhow::Error::new(UsageError(message))
+}
+
+/// An input file a flag names must be there: a usage error (exit 2) naming the flag, not a
+/// failure deep in the replay.
+fn input_file(flag: &str, path: &Path) -> anyhow::Result<()> {
+    match std::fs::metadata(path) {
+        Ok(metadata) if metadata.is_dir() => Err(usage(format!(
+            "{flag} {}: a directory, not a file",
+            path.display()
+        ))),
+        Ok(_) => Ok(()),
+        Err(error) => Err(usage(format!("{flag} {}: {error}", path.display()))),
+    }
+}
+
+/// An output file a flag names goes into a directory that must be there.
+fn output_file(flag: &str, path: &Path) -> anyhow::Result<()> {
+    let directory = match path.parent() {
+        Some(parent) if !parent.as_os_str().is_empty() => parent,
+        _ => Path::new("."),
+    };
+    if directory.is_dir() {
+        Ok(())
+    } else {
+        Err(usage(format!(
+            "{flag} {}: {} is not a directory",
+            path.display(),
+            directory.display()
+        )))
+    }
+}
+
+/// The context of a trace that cannot be read; the trace's own error names the path (and,
+/// where it knows it, the line).
+fn reading(path: &Path) -> String {
+    format!("reading the trace {}", path.display())
+}
+
 /// `memtide sim`.
 pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
     let preset = args.preset.preset();
     let mut cfg = SimConfig::new(preset);
     if let Some(f) = args.fast_ratio {
-        if !(0.0..=1.0).contains(&f) {
-            bail!("--fast-ratio {f}: must be within [0, 1]");
-        }
         cfg.fast = FastSize::Ratio(f);
     }
     if let Some(b) = args.fast_capacity {
         cfg.fast = FastSize::Bytes(b);
-    }
-    if args.sample_rate == Some(0) {
-        bail!("--sample-rate must be >= 1");
-    }
-    if args.cpus == Some(0) {
-        bail!("--cpus 0: a server has at least one CPU");
     }
     cfg.sample_rate = args.sample_rate.unwrap_or(cfg.sample_rate);
     cfg.sampler = args.sampler;
@@ -353,13 +387,13 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         return run_suite(&suite, &cfg);
     }
     let (Some(path), Some(policy)) = (&args.trace, args.policy) else {
-        bail!("--trace and --policy are required without --suite");
+        return Err(usage(
+            "--trace and --policy are required without --suite".to_owned(),
+        ));
     };
+    input_file("--trace", path)?;
     if let Some(file) = &args.engine_config {
         cfg.engine_overrides = Some(engine_overrides(file, policy, &preset)?);
-    }
-    if args.repeat == 0 {
-        bail!("--repeat 0: a replay passes through the trace at least once (1, the default)");
     }
     let file = FileTrace {
         path: path.clone(),
@@ -410,7 +444,7 @@ fn modelled_sample_rate(file: &FileTrace, cpus: Option<u32>) -> anyhow::Result<u
         Some(weight) => weight,
         None => {
             file.open()
-                .with_context(|| format!("reading {}", file.path.display()))?
+                .with_context(|| reading(&file.path))?
                 .meta()
                 .record_weight
         }
@@ -463,6 +497,7 @@ fn mib(bytes: u64) -> f64 {
 
 /// `memtide gen`.
 pub fn generate(args: &GenArgs) -> anyhow::Result<()> {
+    output_file("--out", &args.out)?;
     let spec = GenSpec {
         workload: args.workload,
         footprint: args.footprint,

@@ -10,6 +10,7 @@
 //! planner the daemon runs, without a kernel.
 #![forbid(unsafe_code)]
 
+pub mod args;
 pub mod baselines;
 pub mod bound;
 pub mod cli;

@@ -68,7 +68,7 @@ pub enum DaemonError {
     #[error(transparent)]
     Kube(#[from] KubeError),
     /// A pid or cgroup named on the command line is not there at start.
-    #[error("{flag} {value}: {source}; name a running process or an existing cgroup")]
+    #[error("{flag} {value}: {source}; {}", named_target_hint(.flag))]
     NamedTarget {
         flag: &'static str,
         value: String,
@@ -77,9 +77,18 @@ pub enum DaemonError {
     },
 }
 
+/// The fix for a `--pid` or `--cgroup` that is not there, fitting the flag.
+fn named_target_hint(flag: &str) -> &'static str {
+    if flag == "--pid" {
+        "name a running process"
+    } else {
+        "name an existing cgroup v2 directory, relative to the cgroup v2 root or absolute under it"
+    }
+}
+
 impl DaemonError {
-    /// Process exit code: 2 for configuration problems, 3 when the listen address is taken,
-    /// 1 otherwise.
+    /// Process exit code (the scheme of `memtide --help`): 2 for configuration and
+    /// command-line problems, 3 when the listen address cannot be listened on, 1 otherwise.
     #[must_use]
     pub fn exit_code(&self) -> u8 {
         match self {
