@@ -255,18 +255,33 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
     memtide_config::check_permissions(path)?;
     let root = HostRoot::default();
     let topology = Topology::read(&root).ok();
+    // Each problem where the file sets its key, as a syntax error is: path:line: key: ...
+    let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut problems: Vec<String> = config
         .problems(topology.as_ref())
         .iter()
-        .map(ToString::to_string)
+        .map(
+            |problem| match memtide_config::line_of(&text, &problem.key) {
+                Some(line) => format!(":{line}: {problem}"),
+                None => format!(": {problem}"),
+            },
+        )
         .collect();
-    problems.extend(source_order_problem(&config.sources.order, &root));
+    problems.extend(
+        source_order_problem(&config.sources.order, &root).map(|problem| {
+            let line = memtide_config::line_of(&text, "sources.order");
+            format!(
+                "{}: {problem}",
+                line.map_or_else(String::new, |l| format!(":{l}"))
+            )
+        }),
+    );
     if problems.is_empty() {
         println!("{}: ok", path.display());
         return Ok(());
     }
     for problem in &problems {
-        eprintln!("memtide: error: {}: {problem}", path.display());
+        eprintln!("memtide: error: {}{problem}", path.display());
     }
     Err(exit::Reported {
         count: problems.len(),

@@ -84,13 +84,22 @@ fn configuration_errors_exit_2_from_check_config_run_and_status() {
     let missing = dir.path().join("missing.toml").display().to_string();
     let syntax = write(dir.path(), "syntax.toml", "[agent]\nlisten_addr = 1\n");
     let value = write(dir.path(), "value.toml", "[sources]\nring_bytes = 1000\n");
+    let engine = write(
+        dir.path(),
+        "engine.toml",
+        "[engine.policy.capacity]\nhigh_watermark = 2.0\n",
+    );
     let open = write(dir.path(), "open.toml", "");
     std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o666)).unwrap();
     let mut cases = Vec::new();
     for (file, says) in [
         (&missing, "missing.toml: No such file"),
         (&syntax, "syntax.toml:2:1:"),
-        (&value, "sources.ring_bytes"),
+        (&value, "value.toml:2: sources.ring_bytes"),
+        (
+            &engine,
+            "engine.toml:2: engine.policy.capacity.high_watermark: 2: must be within [0, 1]",
+        ),
         (&open, "world-writable"),
     ] {
         cases.push(case(&["check-config", file], 2, says));

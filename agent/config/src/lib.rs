@@ -249,9 +249,11 @@ pub enum ConfigError {
         message: String,
         hint: String,
     },
-    #[error("{}: {key}: {message}", path.display())]
+    #[error("{}{}: {key}: {message}", path.display(), line.map_or_else(String::new, |line| format!(":{line}")))]
     Invalid {
         path: PathBuf,
+        /// Where `key` is set in the file, when it is set there (not a default).
+        line: Option<usize>,
         key: String,
         message: String,
     },
@@ -279,6 +281,29 @@ impl fmt::Display for Problem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {}", self.key, self.message)
     }
+}
+
+/// The line where `key` (dotted: `engine.policy.capacity.high_watermark`) is set in `text`,
+/// under its table's header; `None` when the file leaves it at its default.
+#[must_use]
+pub fn line_of(text: &str, key: &str) -> Option<usize> {
+    let (table, name) = key.rsplit_once('.').unwrap_or(("", key));
+    let mut in_table = table.is_empty();
+    for (index, line) in text.lines().enumerate() {
+        let line = line.trim();
+        if let Some(header) = line.strip_prefix('[') {
+            let header = header.trim_start_matches('[');
+            in_table = header.split(']').next().map(str::trim) == Some(table);
+            continue;
+        }
+        if in_table
+            && let Some((found, _)) = line.split_once('=')
+            && found.trim().trim_matches('"') == name
+        {
+            return Some(index + 1);
+        }
+    }
+    None
 }
 
 fn line_column(text: &str, offset: usize) -> (usize, usize) {
@@ -368,8 +393,25 @@ impl Config {
                 message,
             });
         };
-        if let Err(error) = self.engine.validate() {
-            problem("engine", error.to_string());
+        // The engine's keys sit in [engine] itself, the policy's under [engine.policy]: each
+        // problem names the key as the file spells it.
+        let engine = (self
+            .engine
+            .engine
+            .validate()
+            .err()
+            .map(|error| ("engine", error)))
+        .or_else(|| (self.engine.policy.validate().err()).map(|error| ("engine.policy", error)));
+        if let Some((
+            table,
+            memtide_core::validate::ConfigError::OutOfRange {
+                field,
+                value,
+                reason,
+            },
+        )) = engine
+        {
+            problem(&format!("{table}.{field}"), format!("{value}: {reason}"));
         }
         let ring = self.sources.ring_bytes;
         if ring < 4096 || !ring.is_power_of_two() {
@@ -522,6 +564,9 @@ impl Config {
             });
         Err(ConfigError::Invalid {
             path: path.to_path_buf(),
+            line: std::fs::read_to_string(path)
+                .ok()
+                .and_then(|text| line_of(&text, &first.key)),
             key: first.key.clone(),
             message,
         })
@@ -539,6 +584,7 @@ pub fn check_permissions(path: &Path) -> Result<(), ConfigError> {
     if metadata.permissions().mode() & 0o002 != 0 {
         return Err(ConfigError::Invalid {
             path: path.to_path_buf(),
+            line: None,
             key: "(file mode)".to_owned(),
             message: "the file is world-writable; fix with: chmod o-w".to_owned(),
         });
@@ -741,10 +787,35 @@ mod tests {
     }
 
     #[test]
-    fn engine_validation_is_included() {
+    fn engine_validation_is_included_and_names_the_key_as_the_file_does() {
         let config = parse("[engine]\ninterval_ms = 0\n").unwrap();
         let problems = config.problems(None);
-        assert_eq!(problems[0].key, "engine", "{problems:?}");
+        assert_eq!(problems[0].key, "engine.interval_ms", "{problems:?}");
+        let text =
+            "[agent]\nobserve = true\n\n[engine.policy.capacity]\n# why\nhigh_watermark = 2.0\n";
+        let problems = parse(text).unwrap().problems(None);
+        assert_eq!(
+            problems[0].key, "engine.policy.capacity.high_watermark",
+            "{problems:?}"
+        );
+        assert_eq!(line_of(text, &problems[0].key), Some(6));
+        assert_eq!(line_of(text, "agent.observe"), Some(2));
+        assert_eq!(line_of(text, "agent.listen"), None);
+
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("m.toml");
+        std::fs::write(&path, text).unwrap();
+        let error = Config::load(&path)
+            .unwrap()
+            .validate(&path, None)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            error.ends_with(
+                "m.toml:6: engine.policy.capacity.high_watermark: 2: must be within [0, 1]"
+            ),
+            "{error}"
+        );
     }
 
     #[test]

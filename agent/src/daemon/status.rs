@@ -132,6 +132,7 @@ impl AgentStatus {
             "PROMOTED",
             "DEMOTED"
         );
+        let mut parenthesised = false;
         for t in &self.targets {
             let tier = |name: &str| bytes(t.managed_bytes.get(name).copied().unwrap_or(0));
             let hit = t
@@ -140,6 +141,7 @@ impl AgentStatus {
             let (promoted, demoted) = if t.promoted_bytes + t.demoted_bytes == 0
                 && t.would_promote_bytes + t.would_demote_bytes > 0
             {
+                parenthesised = true;
                 (
                     format!("({})", bytes(t.would_promote_bytes)),
                     format!("({})", bytes(t.would_demote_bytes)),
@@ -149,14 +151,14 @@ impl AgentStatus {
             };
             let _ = writeln!(
                 out,
-                "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>6.1}s {:>10} {:>10} {:>10}",
+                "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10}",
                 t.target,
                 tier("fast"),
                 tier("slow"),
                 bytes(t.hot_bytes),
                 hit,
                 bytes(t.granularity_bytes),
-                t.epoch_seconds,
+                epoch(t.epoch_seconds),
                 t.samples,
                 promoted,
                 demoted,
@@ -174,8 +176,20 @@ impl AgentStatus {
                 let _ = writeln!(out, "    last error: {error}");
             }
         }
-        let _ = writeln!(out, "(parenthesised: would have moved, in observe mode)");
+        if parenthesised {
+            let _ = writeln!(out, "(parenthesised: would have moved, in observe mode)");
+        }
         out
+    }
+}
+
+/// An epoch as people read it: milliseconds below a second (epochs start at 10 ms, which
+/// one decimal of a second shows as 0.0s), seconds from there.
+fn epoch(seconds: f64) -> String {
+    if seconds < 0.9995 {
+        format!("{:.0}ms", seconds * 1000.0)
+    } else {
+        format!("{seconds:.1}s")
     }
 }
 
@@ -240,6 +254,22 @@ mod tests {
             table.contains("    fast-tier share: 32 MiB (limit (cgroup tenants/a))"),
             "{table}"
         );
+        assert!(row.contains("   1.5s "), "{row}");
+        assert!(
+            table.contains("(parenthesised: would have moved"),
+            "{table}"
+        );
+
+        // What moved is not parenthesised, nor explained; a short epoch shows in ms.
+        let mut moved = status.clone();
+        moved.targets[0].promoted_bytes = 4096;
+        moved.targets[0].epoch_seconds = 0.01;
+        let table = moved.to_table();
+        assert!(!table.contains("parenthesised"), "{table}");
+        assert!(table.contains("    10ms "), "{table}");
+        assert_eq!(epoch(0.25), "250ms");
+        assert_eq!(epoch(2.0), "2.0s");
+
         let json = serde_json::to_string(&status).unwrap();
         assert_eq!(serde_json::from_str::<AgentStatus>(&json).unwrap(), status);
     }
