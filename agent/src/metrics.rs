@@ -254,7 +254,7 @@ impl Metrics {
         );
         registry.register(
             "targets_refused",
-            "Processes the agent would have managed but did not, by reason: max_targets (the [targets] max_targets limit was reached)",
+            "Processes the agent would have managed but did not, by reason: max_targets (the [targets] max_targets limit was reached; max_targets_observing_all with no targets configured), exited (gone before it could be opened), cannot_open",
             self.targets_refused.clone(),
         );
         registry.register(

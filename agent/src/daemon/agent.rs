@@ -169,6 +169,7 @@ impl Agent {
             machine: Arc::clone(&self.machine),
             limit: Arc::new(RwLock::new(self.limit_for(pid))),
             shares: Arc::clone(&self.shares),
+            quiet: self.observe_all,
         }
     }
 
@@ -224,6 +225,25 @@ impl Agent {
         }
     }
 
+    /// A process that could not be taken on: counted by reason, and logged at DEBUG when it
+    /// has simply exited in between (churn, not a problem) or was never asked for by name
+    /// (observing every process).
+    fn refused(&mut self, pid: u32, error: &str) {
+        let exited = !self.root.path(format!("proc/{pid}")).exists();
+        let reason = if exited { "exited" } else { "cannot_open" };
+        self.metrics
+            .targets_refused
+            .get_or_create(&crate::metrics::Reason {
+                reason: reason.to_owned(),
+            })
+            .inc();
+        if exited || self.observe_all {
+            tracing::debug!(pid, %error, "cannot manage process");
+        } else {
+            tracing::info!(pid, %error, "cannot manage process");
+        }
+    }
+
     /// Starts managing `pid`; false when the target limit is reached or it cannot be opened.
     pub(super) fn add_target(&mut self, pid: u32) -> bool {
         if self.targets.contains_key(&pid) {
@@ -272,12 +292,17 @@ impl Agent {
                     Ok(limit) => limit.as_ref().map(ToString::to_string),
                     Err(_) => None,
                 };
-                tracing::info!(pid, target = %label, limit = limit.as_deref().unwrap_or("none"), "managing target");
+                let limit = limit.as_deref().unwrap_or("none");
+                if self.observe_all {
+                    tracing::debug!(pid, target = %label, limit, "managing target");
+                } else {
+                    tracing::info!(pid, target = %label, limit, "managing target");
+                }
                 self.targets.insert(pid, handle);
                 true
             }
             Err(error) => {
-                tracing::info!(pid, %error, "cannot manage process");
+                self.refused(pid, &error);
                 false
             }
         }
@@ -286,7 +311,11 @@ impl Agent {
     pub(super) fn remove_target(&mut self, pid: u32) {
         if self.targets.remove(&pid).is_some() {
             self.route(SampleRoute::Remove { pid });
-            tracing::info!(pid, "target gone");
+            if self.observe_all {
+                tracing::debug!(pid, "target gone");
+            } else {
+                tracing::info!(pid, "target gone");
+            }
         }
     }
 

@@ -189,7 +189,8 @@ async fn prepare(
     }
     let observe_reason = observe_reason(&config, &tiered);
     if let Some(reason) = &observe_reason {
-        tracing::warn!("not migrating: {reason}");
+        // The machine's shape or the operator's choice, nothing to fix: status says it too.
+        tracing::info!("not migrating: {reason}");
     }
     let (metrics, registry) = Metrics::new();
     metrics

@@ -213,16 +213,24 @@ fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
         let kernel =
             memtide_host::sysfs::read_trimmed(&request.root.path(probe::kernel::OSRELEASE))
                 .unwrap_or_default();
-        probe::rank(&probe::SourceInputs {
+        let checks = probe::rank(&probe::SourceInputs {
             bpf_available: true,
             kernel: &kernel,
             pmus,
             damon: &damon,
-        })
-        .into_iter()
-        .filter(|check| check.usable || check.kind == SourceKind::Damon)
-        .map(|check| check.kind)
-        .collect()
+        });
+        let mut order = Vec::new();
+        for check in checks {
+            if check.usable || (check.kind == SourceKind::Damon && !damon_ruled_out(&damon)) {
+                order.push(check.kind);
+            } else if check.kind == SourceKind::Damon && !request.observe_all {
+                tracing::info!(
+                    "not trying DAMON: {} (as `memtide probe` says)",
+                    check.reason
+                );
+            }
+        }
+        order
     } else {
         request.config.order.clone()
     };
@@ -231,6 +239,16 @@ fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
         order.retain(|kind| *kind != SourceKind::Damon);
     }
     order
+}
+
+/// Whether what `memtide probe` found rules DAMON out for good: no DAMON, no tracepoint, or
+/// operations that are known and lack `vaddr`. A busy DAMON, or operations a read-only probe
+/// could not list, is still tried: the kdamond may be a killed agent's, which starting DAMON
+/// removes, and starting is what finds out the operations.
+fn damon_ruled_out(damon: &DamonStatus) -> bool {
+    !damon.present
+        || !damon.tracepoint
+        || (!damon.operations.is_empty() && !damon.has_operations("vaddr"))
 }
 
 /// What starting a source needs.
@@ -295,4 +313,45 @@ pub fn start_first(
         }
     }
     (None, failed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn damon_is_skipped_only_when_the_probe_rules_it_out_for_good() {
+        let usable = DamonStatus {
+            present: true,
+            nr_kdamonds: 0,
+            kdamonds: Vec::new(),
+            operations: vec!["vaddr".into(), "paddr".into()],
+            operations_source: String::new(),
+            tracepoint: true,
+            tracepoint_detail: String::new(),
+        };
+        assert!(!damon_ruled_out(&usable));
+        // Operations a read-only probe could not list: starting finds out.
+        let unknown = DamonStatus {
+            operations: Vec::new(),
+            ..usable.clone()
+        };
+        assert!(!damon_ruled_out(&unknown));
+        for ruled_out in [
+            DamonStatus {
+                present: false,
+                ..usable.clone()
+            },
+            DamonStatus {
+                tracepoint: false,
+                ..usable.clone()
+            },
+            DamonStatus {
+                operations: vec!["paddr".into()],
+                ..usable.clone()
+            },
+        ] {
+            assert!(damon_ruled_out(&ruled_out), "{ruled_out:?}");
+        }
+    }
 }

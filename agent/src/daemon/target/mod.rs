@@ -83,6 +83,9 @@ pub struct TargetSpec {
     /// The fast tier's division between all targets.
     pub shares: Arc<FastShares>,
     pub root: HostRoot,
+    /// Observing every process: the target's exit is logged at DEBUG, not INFO (a busy
+    /// machine starts and ends processes all the time, and none of them was asked for).
+    pub quiet: bool,
 }
 
 /// A `[[targets.limits]]` table as it applies to one target.
@@ -346,7 +349,11 @@ async fn run(
                 epoch_input = reused;
                 publish(&status, &state.status);
                 if matches!(outcome, EpochOutcome::Exited { .. }) {
-                    tracing::info!(pid, target = %state.spec.label, "target exited");
+                    if state.spec.quiet {
+                        tracing::debug!(pid, target = %state.spec.label, "target exited");
+                    } else {
+                        tracing::info!(pid, target = %state.spec.label, "target exited");
+                    }
                     break;
                 }
             }
