@@ -106,8 +106,8 @@ impl Readiness {
         Self(RwLock::new(Some("starting".to_owned())))
     }
 
-    /// Ready (`None`), or not ready for `reason`.
-    pub fn set(&self, not_ready: Option<String>) {
+    /// Ready (`None`), or not ready for `reason`. Returns whether that changed anything.
+    pub fn set(&self, not_ready: Option<String>) -> bool {
         let unchanged = match self.0.read() {
             Ok(current) => *current == not_ready,
             Err(_) => false,
@@ -118,6 +118,7 @@ impl Readiness {
                 Err(poisoned) => *poisoned.into_inner() = not_ready,
             }
         }
+        !unchanged
     }
 
     /// Why the agent is not ready; `None` when it is.

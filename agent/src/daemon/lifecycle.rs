@@ -126,7 +126,7 @@ pub(super) async fn start(
             .clone()
             .unwrap_or_else(|| "migrating between tiers".to_owned()),
     };
-    ready.set(not_ready);
+    set_ready(&ready, &agent, not_ready);
     notifier.ready(&format!("source {source_name}; {doing}"));
     Ok(Running {
         address: agent.config.agent.listen,
@@ -200,6 +200,7 @@ async fn prepare(
         version: env!("CARGO_PKG_VERSION").to_owned(),
         source: "none".to_owned(),
         observe_reason: observe_reason.clone(),
+        not_ready: Some("starting".to_owned()),
         fast_nodes: tiered.classes.fast.clone(),
         slow_nodes: tiered.classes.slow.clone(),
         node_costs: agent::node_costs(&config, &tiered).into_values().collect(),
@@ -346,6 +347,15 @@ async fn start_source(
     Some(task)
 }
 
+/// `/readyz`, and `/status` with it.
+fn set_ready(ready: &http::Readiness, agent: &Agent, not_ready: Option<String>) {
+    if ready.set(not_ready.clone())
+        && let Ok(mut status) = agent.status.write()
+    {
+        status.not_ready = not_ready;
+    }
+}
+
 /// What `/readyz` says when no source could start.
 fn no_source_reason(order: &[memtide_host::probe::SourceKind]) -> String {
     let tried = if order.is_empty() {
@@ -406,7 +416,7 @@ pub(super) async fn event_loop(mut running: Running) -> Running {
                 TargetInput::Regions(_) => agent,
             },
         };
-        running.ready.set(running.agent.not_ready());
+        set_ready(&running.ready, &running.agent, running.agent.not_ready());
     }
     running
 }

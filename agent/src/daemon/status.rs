@@ -13,6 +13,9 @@ pub struct AgentStatus {
     pub source: String,
     /// Why memtide is not migrating, when it is not (observe mode, one node, ...).
     pub observe_reason: Option<String>,
+    /// Why the agent is not ready, when it is not (what `/readyz` answers with its 503).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_ready: Option<String>,
     pub fast_nodes: Vec<u32>,
     pub slow_nodes: Vec<u32>,
     /// What each node costs to access, and where that came from (`hmat`, `slit`, `config`).
@@ -95,6 +98,9 @@ impl AgentStatus {
             "memtide {}  source: {}  fast nodes: {:?}  slow nodes: {:?}",
             self.version, self.source, self.fast_nodes, self.slow_nodes
         );
+        if let Some(reason) = &self.not_ready {
+            let _ = writeln!(out, "not ready: {reason}");
+        }
         if let Some(reason) = &self.observe_reason {
             let _ = writeln!(out, "not migrating: {reason}");
         }
@@ -203,6 +209,7 @@ mod tests {
             version: "0.1.0".into(),
             source: "swfault".into(),
             observe_reason: Some("one NUMA node".into()),
+            not_ready: None,
             fast_nodes: vec![0],
             slow_nodes: vec![],
             node_costs: vec![NodeCost {
@@ -233,6 +240,15 @@ mod tests {
         };
         let table = status.to_table();
         assert!(table.contains("not migrating: one NUMA node"), "{table}");
+        assert!(!table.contains("not ready"), "{table}");
+        let idle = AgentStatus {
+            not_ready: Some("no hotness source runs".into()),
+            ..AgentStatus::default()
+        };
+        assert!(
+            idle.to_table()
+                .contains("not ready: no hotness source runs\n")
+        );
         assert!(
             table.contains("node 0: read 80 ns -, write 80 ns - (slit)"),
             "{table}"

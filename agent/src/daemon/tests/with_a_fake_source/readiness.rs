@@ -14,6 +14,13 @@ async fn without_a_source_the_agent_serves_metrics_but_is_not_ready_and_says_why
         "names the cause: {readyz}"
     );
     assert!(get(&daemon, "/healthz").starts_with("HTTP/1.0 200"));
+    let status = daemon.status();
+    assert!(
+        status
+            .not_ready
+            .is_some_and(|reason| readyz.contains(&reason)),
+        "/status says the same: {readyz}"
+    );
     eventually("the source gauge", || {
         metric(
             &metrics(&daemon),
@@ -42,6 +49,7 @@ async fn with_a_source_running_the_agent_is_ready_and_exports_it() {
     let (daemon, _source) = machine.start().await;
     let readyz = get(&daemon, "/readyz");
     assert!(readyz.starts_with("HTTP/1.0 200"), "{readyz}");
+    assert_eq!(daemon.status().not_ready, None);
     eventually("the source gauge", || {
         metric(&metrics(&daemon), &["memtide_source_running{"]).is_some()
     })
