@@ -348,7 +348,7 @@ mod tests {
             },
             DamonStatus {
                 operations: vec!["paddr".into()],
-                ..usable.clone()
+                ..usable
             },
         ] {
             assert!(damon_ruled_out(&ruled_out), "{ruled_out:?}");
