@@ -4,7 +4,9 @@
 //!
 //! It uses the daemon's sampling path unchanged (BPF sampler, ring, ingest router) with a fixed
 //! sample period: each record stands for `period` events, which the trace header says as its
-//! record weight. Only sampling sources (PEBS, IBS, software page faults) can record; DAMON
+//! record weight. The header also says that the records are a live sampler's samples and that
+//! time marks (when each batch arrived) run between them, so `memtide sim` hands every sample to
+//! the policy at that weight and runs its epochs on the recorded clock. Only sampling sources (PEBS, IBS, software page faults) can record; DAMON
 //! reports access counts of regions, not accesses.
 //!
 //! Nothing is half-written under the final name: records go to `OUT.partial`, which is renamed
@@ -148,9 +150,12 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         record_weight: u32::try_from(period).unwrap_or(u32::MAX),
         // PEBS (ldlat) and IBS (l3missonly) samples are the accesses the caches missed.
         past_caches: matches!(kind, SourceKind::Pebs | SourceKind::Ibs),
+        live_samples: true,
+        time_marks: true,
         ..TraceMeta::default()
     };
     let mut writer = TraceFile::create(&partial, &meta).map_err(output)?;
+    let started = tokio::time::Instant::now();
 
     let counters = Arc::new(IngestCounters::default());
     let mut router = SampleRouter::new(1024, Arc::clone(&counters));
@@ -173,6 +178,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     let stopped_by = loop {
         tokio::select! {
             Some(TargetInput::Samples(batch)) = samples_rx.recv() => {
+                writer.mark(started.elapsed()).map_err(output)?;
                 writer.write(&counts.convert(&batch, &index)).map_err(output)?;
             }
             _ = terminate.recv() => break "SIGTERM",
@@ -186,7 +192,10 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         }
     };
 
-    // Stop sampling, then drain what is already in the ring and the queue.
+    // Stop sampling, then drain what is already in the ring and the queue. The samples still
+    // queued were taken before this moment: they keep it as their time, and the recording's
+    // length is this long, not the time of its last sample.
+    let stopped = started.elapsed();
     if let Err(error) = sampler.disable() {
         tracing::warn!(%error, "disabling the sampler; late samples may be left out");
     }
@@ -198,11 +207,13 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     drop(router);
     while let Some(input) = samples_rx.recv().await {
         if let TargetInput::Samples(batch) = input {
+            writer.mark(stopped).map_err(output)?;
             writer
                 .write(&counts.convert(&batch, &index))
                 .map_err(output)?;
         }
     }
+    writer.mark(stopped).map_err(output)?;
     let records = writer.finish().map_err(output)?;
     std::fs::rename(&partial, &options.out).map_err(|source| RecordError::Output {
         path: options.out.clone(),
@@ -385,6 +396,14 @@ impl TraceFile {
             Self::Plain(w) => w.write(records),
             Self::Zstd(w) => w.write(records),
             Self::Gzip(w) => w.write(records),
+        }
+    }
+
+    fn mark(&mut self, at: Duration) -> io::Result<()> {
+        match self {
+            Self::Plain(w) => w.mark(at),
+            Self::Zstd(w) => w.mark(at),
+            Self::Gzip(w) => w.mark(at),
         }
     }
 

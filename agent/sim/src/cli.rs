@@ -54,7 +54,8 @@ pub struct SimArgs {
     /// One sample per N records on average for the sampling policies (every sampler but
     /// swfault). Default: the density the agent's shipped defaults give a busy server of
     /// --cpus CPUs (at 32, one sample per 128,000 LLC misses: 8,000 records of 16 accesses);
-    /// with --suite, 4 (the suite sweeps the densities itself).
+    /// with --suite, 4 (the suite sweeps the densities itself); for a recording (`memtide
+    /// record`), 1: its records are samples already, every one of which reaches the policy.
     #[arg(long, value_name = "N", value_parser = parse_positive_u32, allow_negative_numbers = true)]
     pub sample_rate: Option<u32>,
 
@@ -249,9 +250,20 @@ fn copy_records<W: std::io::Write>(
 ) -> anyhow::Result<(u64, W)> {
     let mut w = NativeWriter::new(sink, meta)?;
     let mut buf = Vec::with_capacity(8192);
+    // A recording's time marks go along (a fill never spans two), so the copy replays on the
+    // same clock.
+    let mut marked = None;
     loop {
         buf.clear();
-        if source.fill(&mut buf, 8192)? == 0 {
+        let n = source.fill(&mut buf, 8192)?;
+        if let Some(at) = source
+            .clock()
+            .filter(|&at| meta.time_marks && marked != Some(at))
+        {
+            w.mark(at)?;
+            marked = Some(at);
+        }
+        if n == 0 {
             break;
         }
         w.write(&buf)?;
@@ -401,8 +413,24 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         lenient: args.lenient,
         record_weight: args.record_weight,
     };
-    if args.sample_rate.is_none() {
-        cfg.sample_rate = modelled_sample_rate(&file, args.cpus)?;
+    let meta = file
+        .open()
+        .with_context(|| reading(&file.path))?
+        .meta()
+        .clone();
+    if meta.live_samples {
+        if args.cpus.is_some() {
+            return Err(usage(format!(
+                "--cpus: {} is a recording, whose records are samples already (no server's \
+                 density applies to them); --sample-rate N keeps one in N of them",
+                path.display()
+            )));
+        }
+        // Every recorded sample is one the agent's sampler delivered: thinning them again
+        // would leave the policy a density no agent runs at.
+        cfg.sample_rate = args.sample_rate.unwrap_or(1);
+    } else if args.sample_rate.is_none() {
+        cfg.sample_rate = modelled_sample_rate(&meta, args.cpus);
     }
     let spec = Repeated {
         inner: Arc::new(file),
@@ -422,8 +450,10 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         .map_or(EpochConfig::default().initial_ms, |c| {
             c.policy.epoch.initial_ms
         });
-    let first_epoch_s = first_epoch_ms as f64 / 1000.0;
-    if r.simulated_clock_s < 2.0 * first_epoch_s {
+    let short = r.simulated_clock_s < 2.0 * first_epoch_ms as f64 / 1000.0;
+    if meta.live_samples {
+        recording_notes(&r, &cfg, short);
+    } else if short {
         eprintln!(
             "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
             r.simulated_clock_s, r.memory_records, r.record_weight, cfg.access_ns
@@ -438,17 +468,10 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
 }
 
 /// The sample rate of the density the agent's defaults give a busy server of `cpus` CPUs
-/// (default [`DensityModel::PRODUCTION_CPUS`]), for the records of `file`; says so on stderr.
-fn modelled_sample_rate(file: &FileTrace, cpus: Option<u32>) -> anyhow::Result<u32> {
-    let weight = match file.record_weight {
-        Some(weight) => weight,
-        None => {
-            file.open()
-                .with_context(|| reading(&file.path))?
-                .meta()
-                .record_weight
-        }
-    };
+/// (default [`DensityModel::PRODUCTION_CPUS`]), for the records of a trace with `meta`; says so
+/// on stderr.
+fn modelled_sample_rate(meta: &TraceMeta, cpus: Option<u32>) -> u32 {
+    let weight = meta.record_weight;
     let model = DensityModel::shipped(cpus.unwrap_or(DensityModel::PRODUCTION_CPUS));
     let rate = model.records_per_sample(weight);
     eprintln!(
@@ -456,7 +479,28 @@ fn modelled_sample_rate(file: &FileTrace, cpus: Option<u32>) -> anyhow::Result<u
         model.cpus,
         model.misses_per_sample()
     );
-    Ok(rate)
+    rate
+}
+
+/// What the replay of a recording (`memtide record`) did with it, on stderr: its samples went
+/// to the policy as recorded, and a recording too short for the engine's epochs needs a longer
+/// recording, not a different weight.
+fn recording_notes(r: &super::run::SimResult, cfg: &SimConfig, short: bool) {
+    let thinned = if cfg.sample_rate > 1 {
+        format!(", one in {} of them (--sample-rate)", cfg.sample_rate)
+    } else {
+        String::new()
+    };
+    eprintln!(
+        "memtide: note: replayed a recording: {} recorded samples over {:.1} s of its recorded time, each standing for {} events (its sample period); the policy received {}{thinned}",
+        r.records, r.simulated_clock_s, r.record_weight, r.samples
+    );
+    if short {
+        eprintln!(
+            "memtide: note: the recording spans only {:.3} s, less than two of the engine's first epochs; record for longer (memtide record --duration)",
+            r.simulated_clock_s
+        );
+    }
 }
 
 /// The human-readable summary of one replay.

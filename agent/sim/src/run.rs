@@ -4,6 +4,8 @@
 //! Time: one record stands for `record_weight` accesses (the trace's declared sampling), and the
 //! policies' clock advances a nominal [`SimConfig::access_ns`] per access, so a trace of
 //! `n` records spans `n × record_weight × access_ns` of program time whatever the policy does.
+//! A trace that carries the time its records were taken (a recording, `TraceMeta::time_marks`)
+//! sets the clock instead: its epochs pass as they passed while it was recorded.
 //! The sampling policies see what [`SimConfig::sampler`] delivers ([`super::sampler`]), routed
 //! as decoded ring records through the core's router, as the daemon's are.
 
@@ -225,6 +227,8 @@ struct Accounting {
     timeline_every: u64,
     timeline_window: (u64, u64),
     timeline: Vec<f64>,
+    /// The trace's own time at the end, when it carries time.
+    recorded_clock: Option<Duration>,
 }
 
 impl Accounting {
@@ -244,7 +248,16 @@ impl Accounting {
             timeline_every,
             timeline_window: (0, 0),
             timeline: Vec::new(),
+            recorded_clock: None,
         }
+    }
+
+    /// The policies' clock after the records so far: the trace's own time where it has one,
+    /// the nominal time per access otherwise.
+    fn clock(&self, access_ns: f64) -> Duration {
+        self.recorded_clock.unwrap_or_else(|| {
+            Duration::from_nanos((self.records as f64 * self.k * access_ns) as u64)
+        })
     }
 
     /// One record, served by the fast tier or not, through a huge mapping or not.
@@ -479,8 +492,9 @@ pub fn run_keeping_model(
             stream.offer(r, first_touch, past_llc);
         }
         stream.take(&mut samples);
+        acct.recorded_clock = src.clock();
         let clock = Clock {
-            now: Duration::from_nanos((acct.records as f64 * acct.k * cfg.access_ns) as u64),
+            now: acct.clock(cfg.access_ns),
             records: acct.records,
         };
         policy.observe(&batch, &samples, &model, clock);
@@ -488,6 +502,7 @@ pub fn run_keeping_model(
         // A policy's migrations may have split the cached superpage's mapping; the cache holds
         // only an index, which stays valid.
     }
+    acct.recorded_clock = src.clock();
     acct.finish();
     let replay = Replay {
         spec,
@@ -563,7 +578,11 @@ impl Replay<'_> {
             },
             access_time_s: acct.time_ns * 1e-9,
             migration_time_s: m.cost_ns * 1e-9,
-            simulated_clock_s: records as f64 * acct.k * self.cfg.access_ns * 1e-9,
+            simulated_clock_s: acct
+                .recorded_clock
+                .map_or(records as f64 * acct.k * self.cfg.access_ns * 1e-9, |at| {
+                    at.as_secs_f64()
+                }),
             timeline: acct.timeline.clone(),
             skipped_lines: self.skipped_lines,
             policy_info: policy.info(),

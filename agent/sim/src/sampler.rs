@@ -33,7 +33,9 @@
 //!
 //! The cache models apply to traces of every access (lackey's). A trace whose records are
 //! already past the caches (`TraceMeta::past_caches`: the synthetic workloads' LLC misses, or
-//! `memtide record`'s PEBS and IBS samples) passes them all.
+//! `memtide record`'s PEBS and IBS samples) passes them all, and so does a recording of any
+//! source (`TraceMeta::live_samples`: its records are what the sampler delivered, page faults
+//! included, not accesses a cache could have served).
 //!
 //! The counts the scaling needs (records passing each filter) come from the footprint pass
 //! ([`super::run::measure_footprint`]), so a sampler costs no pass of its own.
@@ -120,12 +122,17 @@ impl LineFilter {
 
     /// The `ldlat` filter for a trace, or none when its records are past the caches already.
     fn l2(meta: &TraceMeta) -> Option<Self> {
-        (!meta.past_caches).then(|| Self::new(L2_LINES, meta.record_weight))
+        Self::models_caches(meta).then(|| Self::new(L2_LINES, meta.record_weight))
     }
 
     /// The `l3missonly` filter likewise, and the replay's last-level cache.
     pub(crate) fn l3(meta: &TraceMeta) -> Option<Self> {
-        (!meta.past_caches).then(|| Self::new(L3_LINES, meta.record_weight))
+        Self::models_caches(meta).then(|| Self::new(L3_LINES, meta.record_weight))
+    }
+
+    /// Whether a trace's records include accesses a cache serves.
+    const fn models_caches(meta: &TraceMeta) -> bool {
+        !meta.past_caches && !meta.live_samples
     }
 
     pub fn passes(&mut self, addr: u64) -> bool {

@@ -184,6 +184,7 @@ impl Generator {
                 mlp: spec.workload.mlp(),
                 footprint_hint: footprint,
                 past_caches: true,
+                ..TraceMeta::default()
             },
             rng: SplitMix64::new(spec.seed ^ 0x6d65_6d74_6964_6500),
             i: 0,

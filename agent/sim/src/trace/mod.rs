@@ -18,6 +18,7 @@ use std::{
     fs::File,
     io::{self, BufRead, BufReader},
     path::{Path, PathBuf},
+    time::Duration,
 };
 
 pub use memtide_common::AccessKind;
@@ -73,6 +74,14 @@ pub struct TraceMeta {
     /// The records are accesses the caches did not serve (LLC misses, or a PMU's filtered
     /// samples), not every access: the samplers' cache models pass them all.
     pub past_caches: bool,
+    /// The records are the samples a live sampling source delivered (`memtide record`), each
+    /// standing for `record_weight` events: already what a policy sees, so a replay hands every
+    /// one to the policy at that weight, with no cache model or sample density thinning them
+    /// again (unless `--sample-rate` asks for it).
+    pub live_samples: bool,
+    /// The records carry the time they were taken ([`RecordSource::clock`]): the policies'
+    /// clock follows it instead of a nominal time per access.
+    pub time_marks: bool,
 }
 
 impl Default for TraceMeta {
@@ -82,6 +91,8 @@ impl Default for TraceMeta {
             mlp: 1,
             footprint_hint: 0,
             past_caches: false,
+            live_samples: false,
+            time_marks: false,
         }
     }
 }
@@ -127,6 +138,14 @@ pub trait RecordSource: Send {
     /// Malformed lines skipped so far (only in lenient mode).
     fn skipped(&self) -> u64 {
         0
+    }
+
+    /// When the records last filled were taken, from the start of the trace, for a trace with
+    /// [`TraceMeta::time_marks`]; `None` before the first mark and for traces without time. A
+    /// fill never spans two marks, so one batch has one time; after the last fill it is the
+    /// end of the recording.
+    fn clock(&self) -> Option<Duration> {
+        None
     }
 }
 
@@ -204,6 +223,10 @@ impl RecordSource for Reweighted {
 
     fn skipped(&self) -> u64 {
         self.inner.skipped()
+    }
+
+    fn clock(&self) -> Option<Duration> {
+        self.inner.clock()
     }
 }
 

@@ -6,7 +6,7 @@
 //! is the next one's; first touch places memory once, in the first pass; every pass repeats the
 //! program's start-up too, which a server would not.
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use super::{RecordSource, TraceError, TraceMeta, TraceRecord, TraceSpec};
 
@@ -36,6 +36,7 @@ impl TraceSpec for Repeated {
             meta,
             passes_left: self.passes.max(1) - 1,
             skipped_before: 0,
+            clock_before: Duration::ZERO,
         }))
     }
 }
@@ -48,6 +49,8 @@ struct RepeatedSource {
     passes_left: u32,
     /// Lines the finished passes skipped.
     skipped_before: u64,
+    /// The time the finished passes took (a recording's passes follow each other in time).
+    clock_before: Duration,
 }
 
 impl RecordSource for RepeatedSource {
@@ -62,6 +65,7 @@ impl RecordSource for RepeatedSource {
                 return Ok(n);
             }
             self.skipped_before += self.current.skipped();
+            self.clock_before += self.current.clock().unwrap_or_default();
             self.current = self.inner.open()?;
             self.passes_left -= 1;
         }
@@ -69,6 +73,10 @@ impl RecordSource for RepeatedSource {
 
     fn skipped(&self) -> u64 {
         self.skipped_before + self.current.skipped()
+    }
+
+    fn clock(&self) -> Option<Duration> {
+        self.current.clock().map(|at| self.clock_before + at)
     }
 }
 
