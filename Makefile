@@ -73,13 +73,17 @@ clean:
 # --- Installation (systemd) and deployment checks ------------------------------------------------
 # `make install` builds, then puts the binary, the unit and the default configuration in place; an
 # existing /etc/memtide/memtide.toml is never overwritten. DESTDIR stages into a directory
-# (packaging); INSTALL_BIN installs another binary (install-files skips the build).
+# (packaging); INSTALL_BIN installs another binary (install-files skips the build). The installed
+# copy has no debug information (`strip --strip-debug`: the release profile's line tables are most
+# of the binary's size); its symbols stay, so a panic's backtrace still names functions. The
+# build's own binary keeps everything (the benchmarks' profiles need it).
 # Then: systemctl enable --now memtide (see docs/operations.md).
 PREFIX ?= /usr/local
 SYSCONFDIR ?= /etc
 SYSTEMD_UNIT_DIR ?= /etc/systemd/system
 DESTDIR ?=
 INSTALL_BIN ?= $(RELEASE_BIN)
+STRIP ?= strip
 
 .PHONY: install install-files uninstall deploy-check deploy-e2e
 
@@ -88,6 +92,7 @@ install: build
 
 install-files:
 	install -D -m 0755 $(INSTALL_BIN) $(DESTDIR)$(PREFIX)/bin/memtide
+	$(STRIP) --strip-debug $(DESTDIR)$(PREFIX)/bin/memtide
 	install -d -m 0755 $(DESTDIR)$(SYSCONFDIR)/memtide
 	@if [ -e $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml ]; then \
 		echo "keeping $(DESTDIR)$(SYSCONFDIR)/memtide/memtide.toml; new default in memtide.toml.default"; \
