@@ -54,7 +54,11 @@ evaluation-check: build
 vm-test: bootstrap-vm
 	bash vm/test.sh
 
-lint: bootstrap-host fmt clippy clippy-ebpf lint-fuzz
+lint: bootstrap-host fmt clippy clippy-ebpf lint-fuzz lint-imports
+
+## No two source files of a crate import each other (scripts/check-import-cycles.py).
+lint-imports:
+	python3 scripts/check-import-cycles.py .
 
 fmt:
 	$(CARGO) fmt --all -- --check
@@ -138,7 +142,7 @@ deploy-e2e: build
 FUZZ_SECONDS ?= 300
 FUZZ_CI_SECONDS ?= 30
 
-.PHONY: fuzz fuzz-ci lint-fuzz
+.PHONY: fuzz fuzz-ci lint-fuzz lint-imports
 
 fuzz: bootstrap-host
 	bash scripts/fuzz.sh $(FUZZ_SECONDS)

@@ -30,7 +30,7 @@ use super::{
     RunOptions, config,
     limits::limit_for,
     pods::PodWatch,
-    publish::Published,
+    publish::{Published, Readings},
     status::AgentStatus,
     target::{self, FastShares, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
 };
@@ -136,6 +136,22 @@ impl Agent {
     /// `memtide_host::topology::costs`).
     pub(super) fn node_costs(&self) -> BTreeMap<u32, NodeCost> {
         node_costs(&self.config, &self.tiered)
+    }
+
+    /// Publishes the agent-wide metrics (`publish`), once a second.
+    pub(super) fn publish_metrics(&mut self) {
+        let readings = Readings {
+            source_running: self.not_ready().is_none(),
+            node_costs: self.node_costs(),
+            metrics: &self.metrics,
+            source: self.source.as_deref(),
+            ingest: &self.ingest_counters,
+            observe_all: self.observe_all,
+            slow_nodes: &self.tiered.classes.slow,
+            root: &self.root,
+            status: &self.status,
+        };
+        self.published.publish(&readings);
     }
 
     fn target_spec(&self, pid: u32) -> TargetSpec {

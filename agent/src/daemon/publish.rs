@@ -1,13 +1,40 @@
 //! The agent-wide metrics, published once a second: samples and drops of the source and the
 //! ingest path, the BPF programs' run time, the tiers' capacity and the engines' memory.
-//! (Each target publishes its own after every epoch: `target::publish`.)
+//! (Each target publishes its own after every epoch: `target::publish`.) The agent lends what
+//! they are read from ([`Readings`]); nothing here knows the agent.
 
-use std::{collections::BTreeMap, sync::atomic::Ordering, time::Duration};
+use std::{
+    collections::BTreeMap,
+    sync::{RwLock, atomic::Ordering},
+    time::Duration,
+};
 
-use memtide_host::topology::Topology;
+use memtide_core::ingest::IngestCounters;
+use memtide_host::{
+    sysfs::HostRoot,
+    topology::{Topology, costs::NodeCost},
+};
 
-use super::{agent::Agent, http::CpuMeter, status::AgentStatus};
-use crate::metrics::{NodeKind, NodeTier, ProgramLabel, SourceLabel, SourceReason};
+use super::{http::CpuMeter, status::AgentStatus};
+use crate::{
+    metrics::{Metrics, NodeKind, NodeTier, ProgramLabel, SourceLabel, SourceReason},
+    sources::HotnessSource,
+};
+
+/// What the agent-wide metrics are read from, lent by the agent for one publication.
+pub(super) struct Readings<'a> {
+    pub(super) metrics: &'a Metrics,
+    pub(super) source: Option<&'a dyn HotnessSource>,
+    /// A source samples (what `/readyz` answers).
+    pub(super) source_running: bool,
+    pub(super) ingest: &'a IngestCounters,
+    /// Every process is observed: the BPF filter is off, so nothing is unrouted.
+    pub(super) observe_all: bool,
+    pub(super) slow_nodes: &'a [u32],
+    pub(super) node_costs: BTreeMap<u32, NodeCost>,
+    pub(super) root: &'a HostRoot,
+    pub(super) status: &'a RwLock<AgentStatus>,
+}
 
 /// Last values pushed into counters that mirror cumulative kernel or ingest counts.
 #[derive(Debug, Default)]
@@ -26,53 +53,48 @@ impl Published {
     }
 }
 
-impl Agent {
-    pub(super) fn publish_metrics(&mut self) {
-        let kind = self
-            .source
-            .as_ref()
-            .map_or("none", |source| source.kind().as_str())
-            .to_owned();
-        let running = i64::from(self.not_ready().is_none());
-        self.metrics
+impl Published {
+    pub(super) fn publish(&mut self, r: &Readings<'_>) {
+        let kind = r.source.map_or("none", |source| source.kind().as_str());
+        r.metrics
             .source_running
             .get_or_create(&SourceLabel {
-                source: kind.clone(),
+                source: kind.to_owned(),
             })
-            .set(running);
-        self.publish_samples(&kind);
-        self.publish_drops(&kind);
-        self.publish_bpf_time();
-        if let Some((meter, published)) = &mut self.published.http_cpu {
+            .set(i64::from(r.source_running));
+        self.publish_samples(r, kind);
+        self.publish_drops(r, kind);
+        self.publish_bpf_time(r);
+        if let Some((meter, published)) = &mut self.http_cpu {
             let now = meter.get();
-            self.metrics
+            r.metrics
                 .http_cpu_seconds
                 .inc_by(now.saturating_sub(*published).as_secs_f64());
             *published = now.max(*published);
         }
-        match Topology::read(&self.root) {
-            Ok(topology) => self.publish_tiers(&topology),
+        match Topology::read(r.root) {
+            Ok(topology) => publish_tiers(r, &topology),
             Err(error) => tracing::debug!(%error, "reading the topology for the tier gauges"),
         }
-        let engine_memory: u64 = read_status(&self.status)
+        let engine_memory: u64 = read_status(r.status)
             .targets
             .iter()
             .map(|t| t.engine_memory_bytes)
             .sum();
-        self.metrics
+        r.metrics
             .engine_memory_bytes
             .set(i64::try_from(engine_memory).unwrap_or(i64::MAX));
     }
 
     /// Every record the source delivered, dropped on a full channel or had no target for.
-    fn publish_samples(&mut self, kind: &str) {
-        let counters = &self.ingest_counters;
+    fn publish_samples(&mut self, r: &Readings<'_>, kind: &str) {
+        let counters = r.ingest;
         let decoded = counters.delivered.load(Ordering::Relaxed)
             + counters.dropped_channel_full.load(Ordering::Relaxed)
             + counters.unrouted.load(Ordering::Relaxed);
-        let delta = decoded.saturating_sub(self.published.samples);
-        self.published.samples = decoded;
-        self.metrics
+        let delta = decoded.saturating_sub(self.samples);
+        self.samples = decoded;
+        r.metrics
             .samples
             .get_or_create(&SourceLabel {
                 source: kind.to_owned(),
@@ -81,10 +103,9 @@ impl Agent {
     }
 
     /// Drops by reason: the source's own (in BPF) and the ingest path's.
-    fn publish_drops(&mut self, kind: &str) {
-        let mut drops: BTreeMap<String, u64> = self
+    fn publish_drops(&mut self, r: &Readings<'_>, kind: &str) {
+        let mut drops: BTreeMap<String, u64> = r
             .source
-            .as_ref()
             .map(|source| {
                 source
                     .drop_counts()
@@ -93,7 +114,7 @@ impl Agent {
                     .collect()
             })
             .unwrap_or_default();
-        let counters = &self.ingest_counters;
+        let counters = r.ingest;
         drops.insert(
             "channel_full".to_owned(),
             counters.dropped_channel_full.load(Ordering::Relaxed),
@@ -102,7 +123,7 @@ impl Agent {
             "malformed".to_owned(),
             counters.malformed.load(Ordering::Relaxed),
         );
-        if !self.observe_all {
+        if !r.observe_all {
             drops.insert(
                 "unrouted".to_owned(),
                 counters.unrouted.load(Ordering::Relaxed),
@@ -110,10 +131,10 @@ impl Agent {
         }
         for (reason, count) in drops {
             // With observe-all the BPF filter is off: not_target stays 0 by construction.
-            let last = self.published.drops.entry(reason.clone()).or_insert(0);
+            let last = self.drops.entry(reason.clone()).or_insert(0);
             let delta = count.saturating_sub(*last);
             *last = count;
-            self.metrics
+            r.metrics
                 .samples_dropped
                 .get_or_create(&SourceReason {
                     source: kind.to_owned(),
@@ -123,21 +144,17 @@ impl Agent {
         }
     }
 
-    fn publish_bpf_time(&mut self) {
-        let Some(source) = &self.source else {
+    fn publish_bpf_time(&mut self, r: &Readings<'_>) {
+        let Some(source) = r.source else {
             return;
         };
         for program in source.program_stats() {
             let nanos = program.run_time.as_nanos();
-            let last = self
-                .published
-                .bpf_nanos
-                .entry(program.name.clone())
-                .or_insert(0);
+            let last = self.bpf_nanos.entry(program.name.clone()).or_insert(0);
             let delta = nanos.saturating_sub(*last);
             *last = nanos;
             #[expect(clippy::cast_precision_loss, reason = "nanoseconds to seconds")]
-            self.metrics
+            r.metrics
                 .bpf_run_seconds
                 .get_or_create(&ProgramLabel {
                     program: program.name,
@@ -145,63 +162,63 @@ impl Agent {
                 .inc_by(delta as f64 / 1e9);
         }
     }
+}
 
-    fn publish_tiers(&self, topology: &Topology) {
-        for node in &topology.nodes {
-            let tier = if self.tiered.classes.slow.contains(&node.id) {
-                "slow"
-            } else {
-                "fast"
+fn publish_tiers(r: &Readings<'_>, topology: &Topology) {
+    for node in &topology.nodes {
+        let tier = if r.slow_nodes.contains(&node.id) {
+            "slow"
+        } else {
+            "fast"
+        };
+        let labels = NodeTier {
+            node: node.id.to_string(),
+            tier: tier.to_owned(),
+        };
+        r.metrics
+            .tier_capacity_bytes
+            .get_or_create(&labels)
+            .set(i64::try_from(node.memory_bytes).unwrap_or(i64::MAX));
+        r.metrics
+            .tier_free_bytes
+            .get_or_create(&labels)
+            .set(i64::try_from(node.free_bytes).unwrap_or(i64::MAX));
+    }
+    for cost in r.node_costs.values() {
+        let kinds = [
+            (
+                "read",
+                cost.read_latency_ns,
+                cost.read_bandwidth_bytes_per_s,
+            ),
+            (
+                "write",
+                cost.write_latency_ns,
+                cost.write_bandwidth_bytes_per_s,
+            ),
+        ];
+        for (kind, latency_ns, bandwidth) in kinds {
+            let labels = NodeKind {
+                node: cost.node.to_string(),
+                kind: kind.to_owned(),
             };
-            let labels = NodeTier {
-                node: node.id.to_string(),
-                tier: tier.to_owned(),
-            };
-            self.metrics
-                .tier_capacity_bytes
-                .get_or_create(&labels)
-                .set(i64::try_from(node.memory_bytes).unwrap_or(i64::MAX));
-            self.metrics
-                .tier_free_bytes
-                .get_or_create(&labels)
-                .set(i64::try_from(node.free_bytes).unwrap_or(i64::MAX));
-        }
-        for cost in self.node_costs().into_values() {
-            let kinds = [
-                (
-                    "read",
-                    cost.read_latency_ns,
-                    cost.read_bandwidth_bytes_per_s,
-                ),
-                (
-                    "write",
-                    cost.write_latency_ns,
-                    cost.write_bandwidth_bytes_per_s,
-                ),
-            ];
-            for (kind, latency_ns, bandwidth) in kinds {
-                let labels = NodeKind {
-                    node: cost.node.to_string(),
-                    kind: kind.to_owned(),
-                };
-                if let Some(ns) = latency_ns {
-                    self.metrics
-                        .tier_latency_seconds
-                        .get_or_create(&labels)
-                        .set(ns / 1e9);
-                }
-                if let Some(bytes_per_s) = bandwidth {
-                    self.metrics
-                        .tier_bandwidth_bytes_per_second
-                        .get_or_create(&labels)
-                        .set(bytes_per_s);
-                }
+            if let Some(ns) = latency_ns {
+                r.metrics
+                    .tier_latency_seconds
+                    .get_or_create(&labels)
+                    .set(ns / 1e9);
+            }
+            if let Some(bytes_per_s) = bandwidth {
+                r.metrics
+                    .tier_bandwidth_bytes_per_second
+                    .get_or_create(&labels)
+                    .set(bytes_per_s);
             }
         }
     }
 }
 
-pub(super) fn read_status(status: &std::sync::RwLock<AgentStatus>) -> AgentStatus {
+pub(super) fn read_status(status: &RwLock<AgentStatus>) -> AgentStatus {
     match status.read() {
         Ok(guard) => guard.clone(),
         Err(poisoned) => poisoned.into_inner().clone(),

@@ -17,19 +17,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::tiering::TieredTopology;
-
-/// A node's costs as configured (`[[topology.costs]]`); every field optional.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeCostOverride {
-    pub node: u32,
-    pub read_latency_ns: Option<u64>,
-    pub write_latency_ns: Option<u64>,
-    /// MB/s (10^6 bytes), as HMAT reports it.
-    pub read_bandwidth_mbps: Option<u64>,
-    pub write_bandwidth_mbps: Option<u64>,
-}
+use super::tiering::{NodeCostOverride, TieredTopology};
 
 /// Where a node's costs came from (the most trusted source that gave any field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

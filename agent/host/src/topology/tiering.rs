@@ -92,7 +92,19 @@ pub struct TierOverride {
     /// Access costs of nodes, overriding HMAT and SLIT field by field, one table per node:
     /// `[[topology.costs]]` with `node`, `read_latency_ns`, `write_latency_ns`,
     /// `read_bandwidth_mbps`, `write_bandwidth_mbps` (each optional but `node`).
-    pub costs: Vec<super::costs::NodeCostOverride>,
+    pub costs: Vec<NodeCostOverride>,
+}
+
+/// A node's costs as configured (`[[topology.costs]]`); every field optional.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NodeCostOverride {
+    pub node: u32,
+    pub read_latency_ns: Option<u64>,
+    pub write_latency_ns: Option<u64>,
+    /// MB/s (10^6 bytes), as HMAT reports it.
+    pub read_bandwidth_mbps: Option<u64>,
+    pub write_bandwidth_mbps: Option<u64>,
 }
 
 /// Which rule classified the nodes.
