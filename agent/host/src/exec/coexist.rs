@@ -1,10 +1,10 @@
 //! Other things that move pages between nodes: kernel NUMA balancing (mode 2 = memory tiering
-//! promotion), reclaim-time demotion, running DAMON kdamonds (which may run `migrate_hot` /
-//! `migrate_cold` schemes), and the user-space daemons numad and memtierd. memtide and any of
+//! promotion), reclaim-time demotion, running DAMON kdamonds with a `migrate_hot` or
+//! `migrate_cold` scheme, and the user-space daemons numad and memtierd. memtide and any of
 //! them would undo each other's moves; per configuration memtide warns (default) or refuses to
 //! start. memtide never stops or reconfigures any of them.
 
-use std::fmt;
+use std::{fmt, path::Path};
 
 use serde::{Deserialize, Serialize};
 
@@ -15,6 +15,8 @@ use crate::{
 
 /// User-space daemons known to migrate pages.
 const DAEMONS: [&str; 2] = ["numad", "memtierd"];
+/// DAMOS actions that move pages between nodes.
+const MIGRATING_ACTIONS: [&str; 2] = ["migrate_hot", "migrate_cold"];
 
 /// One competing mover.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -24,7 +26,8 @@ pub enum Conflict {
     NumaBalancing { mode: u32 },
     /// `/sys/kernel/mm/numa/demotion_enabled` is true.
     DemotionEnabled,
-    /// A kdamond is running (`kdamonds/N/state` = on).
+    /// A kdamond is running (`kdamonds/N/state` = on) with a scheme that migrates, or whose
+    /// schemes cannot be listed.
     Kdamond { index: u32 },
     /// A known daemon is running.
     Daemon { name: String, pid: u32 },
@@ -39,7 +42,9 @@ impl fmt::Display for Conflict {
                 topology::describe_numa_balancing(*mode)
             ),
             Self::DemotionEnabled => f.write_str("kernel demotion is enabled (demotion_enabled)"),
-            Self::Kdamond { index } => write!(f, "DAMON kdamond {index} is running"),
+            Self::Kdamond { index } => {
+                write!(f, "DAMON kdamond {index} is running a scheme that migrates")
+            }
             Self::Daemon { name, pid } => write!(f, "{name} is running (pid {pid})"),
         }
     }
@@ -84,7 +89,9 @@ pub fn detect(root: &HostRoot, self_pid: u32) -> Result<Vec<Conflict>, SysfsErro
     }
     let kdamonds = root.path("sys/kernel/mm/damon/admin/kdamonds");
     for (index, dir) in sysfs::numbered_entries(&kdamonds, "")?.unwrap_or_default() {
-        if sysfs::read_optional(&dir.join("state"))?.as_deref() == Some("on") {
+        if sysfs::read_optional(&dir.join("state"))?.as_deref() == Some("on")
+            && kdamond_migrates(&dir)?
+        {
             out.push(Conflict::Kdamond { index });
         }
     }
@@ -104,6 +111,28 @@ pub fn detect(root: &HostRoot, self_pid: u32) -> Result<Vec<Conflict>, SysfsErro
         }
     }
     Ok(out)
+}
+
+/// Whether a running kdamond moves pages between nodes: one of its schemes migrates. One that
+/// only pages out (reclaim to swap), sets LRU priorities or THP hints, or monitors, undoes
+/// none of memtide's moves (this project's machines boot with a `pageout` kdamond). Where its
+/// contexts or schemes cannot be listed it counts as one.
+fn kdamond_migrates(dir: &Path) -> Result<bool, SysfsError> {
+    let Some(contexts) = sysfs::numbered_entries(&dir.join("contexts"), "")? else {
+        return Ok(true);
+    };
+    for (_, context) in contexts {
+        let Some(schemes) = sysfs::numbered_entries(&context.join("schemes"), "")? else {
+            return Ok(true);
+        };
+        for (_, scheme) in schemes {
+            match sysfs::read_optional(&scheme.join("action"))? {
+                Some(action) if !MIGRATING_ACTIONS.contains(&action.as_str()) => {}
+                _ => return Ok(true),
+            }
+        }
+    }
+    Ok(false)
 }
 
 /// Detects conflicts and applies `mode`: `Warn` logs each one and returns them, `Refuse`
@@ -142,6 +171,20 @@ mod tests {
         write(r, "sys/kernel/mm/damon/admin/kdamonds/nr_kdamonds", "2\n");
         write(r, "sys/kernel/mm/damon/admin/kdamonds/0/state", "on\n");
         write(r, "sys/kernel/mm/damon/admin/kdamonds/1/state", "off\n");
+        // Running, but it only pages out and monitors: no mover.
+        let k2 = "sys/kernel/mm/damon/admin/kdamonds/2";
+        write(r, &format!("{k2}/state"), "on\n");
+        write(r, &format!("{k2}/contexts/0/schemes/0/action"), "pageout\n");
+        write(r, &format!("{k2}/contexts/0/schemes/1/action"), "stat\n");
+        // Running with a migrate_cold scheme beside a pageout one: a mover.
+        let k3 = "sys/kernel/mm/damon/admin/kdamonds/3";
+        write(r, &format!("{k3}/state"), "on\n");
+        write(r, &format!("{k3}/contexts/0/schemes/0/action"), "pageout\n");
+        write(
+            r,
+            &format!("{k3}/contexts/0/schemes/1/action"),
+            "migrate_cold\n",
+        );
         write(r, "proc/100/comm", "numad\n");
         write(r, "proc/101/comm", "bash\n");
         write(r, "proc/102/comm", "memtierd\n");
@@ -153,6 +196,7 @@ mod tests {
                 Conflict::NumaBalancing { mode: 2 },
                 Conflict::DemotionEnabled,
                 Conflict::Kdamond { index: 0 },
+                Conflict::Kdamond { index: 3 },
                 Conflict::Daemon {
                     name: "numad".into(),
                     pid: 100
