@@ -299,15 +299,8 @@ fn source_order_problem(order: &[SourceKind], root: &HostRoot) -> Option<String>
         return None;
     }
     let pmus = PmuScan::read(root).unwrap_or_default();
-    let damon = DamonStatus::read(root, OpsProbe::ReadOnly).unwrap_or_else(|error| DamonStatus {
-        present: false,
-        nr_kdamonds: 0,
-        kdamonds: Vec::new(),
-        operations: Vec::new(),
-        operations_source: error.to_string(),
-        tracepoint: false,
-        tracepoint_detail: String::new(),
-    });
+    let damon = DamonStatus::read(root, OpsProbe::ReadOnly)
+        .unwrap_or_else(|error| DamonStatus::unreadable(&error));
     let kernel =
         memtide_host::sysfs::read_trimmed(&root.path(probe::kernel::OSRELEASE)).unwrap_or_default();
     let bpf = check_bpf(root);

@@ -198,15 +198,7 @@ fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
     let mut order = if request.config.order.is_empty() {
         let damon = DamonStatus::read(request.root, OpsProbe::ReadOnly).unwrap_or_else(|error| {
             tracing::warn!(%error, "reading DAMON's status; not using DAMON");
-            DamonStatus {
-                present: false,
-                nr_kdamonds: 0,
-                kdamonds: Vec::new(),
-                operations: Vec::new(),
-                operations_source: error.to_string(),
-                tracepoint: false,
-                tracepoint_detail: String::new(),
-            }
+            DamonStatus::unreadable(&error)
         });
         // Loading BPF is what starting a source does anyway; a failure there is reported
         // with its reason and the next source is tried.

@@ -89,6 +89,21 @@ pub struct DamonStatus {
 }
 
 impl DamonStatus {
+    /// DAMON as absent because its status could not be read: `error` says why, where the
+    /// operations' source would be.
+    #[must_use]
+    pub fn unreadable(error: &SysfsError) -> Self {
+        Self {
+            present: false,
+            nr_kdamonds: 0,
+            kdamonds: Vec::new(),
+            operations: Vec::new(),
+            operations_source: error.to_string(),
+            tracepoint: false,
+            tracepoint_detail: String::new(),
+        }
+    }
+
     /// Reads DAMON's status under `root`. Writes only with [`OpsProbe::CreateIfNone`] and only
     /// when no kdamond exists.
     pub fn read(root: &HostRoot, probe: OpsProbe) -> Result<Self, SysfsError> {
