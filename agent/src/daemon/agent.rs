@@ -241,18 +241,22 @@ impl Agent {
         }
     }
 
-    /// A process that could not be taken on: counted by reason, and logged at DEBUG when it
-    /// has simply exited in between (churn, not a problem) or was never asked for by name
-    /// (observing every process).
-    fn refused(&mut self, pid: u32, error: &str) {
-        let exited = !self.root.path(format!("proc/{pid}")).exists();
-        let reason = if exited { "exited" } else { "cannot_open" };
+    /// `memtide_targets_refused_total{reason}`, one more.
+    fn count_refusal(&self, reason: &str) {
         self.metrics
             .targets_refused
             .get_or_create(&crate::metrics::Reason {
                 reason: reason.to_owned(),
             })
             .inc();
+    }
+
+    /// A process that could not be taken on: counted by reason, and logged at DEBUG when it
+    /// has simply exited in between (churn, not a problem) or was never asked for by name
+    /// (observing every process).
+    fn refused(&mut self, pid: u32, error: &str) {
+        let exited = !self.root.path(format!("proc/{pid}")).exists();
+        self.count_refusal(if exited { "exited" } else { "cannot_open" });
         if exited || self.observe_all {
             tracing::debug!(pid, %error, "cannot manage process");
         } else {
@@ -267,19 +271,13 @@ impl Agent {
         }
         if self.targets.len() >= self.config.targets.max_targets {
             self.skipped_targets += 1;
-            self.metrics
-                .targets_refused
-                .get_or_create(&crate::metrics::Reason {
-                    // Observing every process, a busy machine always has more than the limit:
-                    // not the refusal of a target someone chose.
-                    reason: if self.observe_all {
-                        "max_targets_observing_all"
-                    } else {
-                        "max_targets"
-                    }
-                    .to_owned(),
-                })
-                .inc();
+            // Observing every process, a busy machine always has more than the limit: not the
+            // refusal of a target someone chose.
+            self.count_refusal(if self.observe_all {
+                "max_targets_observing_all"
+            } else {
+                "max_targets"
+            });
             if self.skipped_targets.is_power_of_two() {
                 tracing::warn!(
                     pid,
