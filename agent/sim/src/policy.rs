@@ -136,6 +136,8 @@ pub struct EnginePolicy {
     plans: u64,
     last_granularity: u64,
     epochs_ms: Vec<u64>,
+    /// The longest epoch any plan closed, ms.
+    longest_epoch_ms: u64,
 }
 
 /// Variants of the engine the suite runs.
@@ -195,6 +197,7 @@ impl EnginePolicy {
             plans: 0,
             last_granularity: 0,
             epochs_ms: Vec::new(),
+            longest_epoch_ms: 0,
         })
     }
 }
@@ -241,6 +244,7 @@ impl SimPolicy for EnginePolicy {
         if self.epochs_ms.len() < 4096 {
             self.epochs_ms.push(ms(plan.epoch));
         }
+        self.longest_epoch_ms = self.longest_epoch_ms.max(ms(plan.epoch));
         let now_ms = u32::try_from(clock.now.as_millis()).unwrap_or(u32::MAX);
         // Demotions first, so the promotions find their room.
         for dir in [Direction::Demote, Direction::Promote] {
@@ -266,6 +270,7 @@ impl SimPolicy for EnginePolicy {
             "final_granularity_bytes": self.last_granularity,
             "final_epoch_ms": self.tiering.epoch().as_millis() as u64,
             "mean_epoch_ms": mean_epoch,
+            "longest_epoch_ms": self.longest_epoch_ms,
         })
     }
 }

@@ -63,7 +63,7 @@ impl Matrix<'_> {
                 let pmem = (PresetName::Pmem, fast);
                 for rate in LONG_RATES {
                     for p in LONG_SAMPLING {
-                        let choice = Choice::Density(p, LONG_SAMPLER, rate);
+                        let choice = Choice::Density(p, LONG_SAMPLER, rate, 0);
                         let mut job = self.job(section, t, choice, pmem);
                         job.cfg.sampler = LONG_SAMPLER;
                         job.cfg.sample_rate = rate;

@@ -8,8 +8,8 @@ mod report;
 
 pub use self::{
     density::{
-        DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
-        PRODUCTION_SAMPLE_RATE,
+        DENSITY_DRAWS, DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
+        DRAWN_FROM_RATE, PRODUCTION_SAMPLE_RATE, density_draws,
     },
     long::{LONG_PASSES, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER, LONG_SAMPLING, LONG_TRACES},
 };
@@ -163,9 +163,10 @@ enum Choice {
     SampledCadence(Option<u64>),
     /// memtide's engine (as the variant sets it up) counting in intervals of this many ms.
     Interval(u64, EngineVariant),
-    /// A sampling policy with its samples from this source at this sample rate (the density
-    /// sweep; `hindsight-samples` at memtide's shortest epoch).
-    Density(PolicyName, SamplerName, u32),
+    /// A sampling policy with its samples from this source at this sample rate, drawn with the
+    /// suite's seed plus the last field (the density sweep; `hindsight-samples` at memtide's
+    /// shortest epoch).
+    Density(PolicyName, SamplerName, u32, u64),
 }
 
 /// Draws of the samples memtide runs under for each sampler that draws them (the suite's seed
@@ -185,7 +186,10 @@ impl Choice {
             Self::SampledCadence(Some(ms)) => format!("hindsight-samples-every-{ms}ms"),
             Self::SampledCadence(None) => "hindsight-samples-every-batch".to_owned(),
             Self::Interval(ms, variant) => format!("interval-{ms}ms/{}", variant.label()),
-            Self::Density(p, s, rate) => format!("{}/{}/{rate}", p.name(), s.name()),
+            Self::Density(p, s, rate, 0) => format!("{}/{}/{rate}", p.name(), s.name()),
+            Self::Density(p, s, rate, draw) => {
+                format!("{}/{}/{rate}/draw-{draw}", p.name(), s.name())
+            }
         }
     }
 }

@@ -10,8 +10,9 @@ use crate::{
     run::SimResult,
     sampler::SamplerName,
     suite::{
-        Choice, DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
-        PRODUCTION_SAMPLE_RATE, REAL_SECTIONS, density::DENSITY_SECTIONS,
+        Choice, DENSITY_DRAWS, DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES,
+        DENSITY_SAMPLERS, DRAWN_FROM_RATE, PRODUCTION_SAMPLE_RATE, REAL_SECTIONS,
+        density::DENSITY_SECTIONS, density_draws,
     },
     svg::{self, Series},
 };
@@ -69,6 +70,9 @@ impl Report<'_> {
                 ("production", PRODUCTION_SAMPLE_RATE.to_string()),
                 ("rates", rates.join(", ")),
                 ("traces", self.real.len().to_string()),
+                ("drawn_from", DRAWN_FROM_RATE.to_string()),
+                ("draws", DENSITY_DRAWS.to_string()),
+                ("draw_spread", self.density_draw_spread(&cells)),
                 ("tables", tables),
                 ("plots", plots),
                 ("production_lines", self.production_lines(&cells)),
@@ -119,13 +123,13 @@ impl Report<'_> {
         ));
     }
 
-    /// `p`'s run of `trace` in `cell` at `rate` (a reference's from the real-program section).
+    /// `p`'s run of `trace` in `cell` at `rate` under one draw of the samples (a reference's
+    /// from the real-program section, the same in every draw).
     fn density_run(
         &self,
         cell: &Cell<'_>,
         trace: &str,
-        p: PolicyName,
-        rate: u32,
+        (p, rate, draw): (PolicyName, u32, u64),
     ) -> Option<&SimResult> {
         if DENSITY_REFERENCES.contains(&p) {
             self.get(cell.real_section, trace, p.name())
@@ -133,9 +137,21 @@ impl Report<'_> {
             self.get(
                 cell.section,
                 trace,
-                &Choice::Density(p, cell.sampler, rate).label(),
+                &Choice::Density(p, cell.sampler, rate, draw).label(),
             )
         }
+    }
+
+    /// `p`'s relative time on `trace` in `cell` at `rate`: the geometric mean over the draws
+    /// of the samples, when every draw has a run.
+    fn density_time(&self, cell: &Cell<'_>, trace: &str, p: PolicyName, rate: u32) -> Option<f64> {
+        let times: Option<Vec<f64>> = (0..density_draws(rate))
+            .map(|draw| {
+                self.density_run(cell, trace, (p, rate, draw))
+                    .map(|r| r.relative_time)
+            })
+            .collect();
+        times.map(geomean)
     }
 
     /// `p`'s geometric mean of relative time over the real traces, when every trace has a run.
@@ -143,9 +159,48 @@ impl Report<'_> {
         let times: Vec<f64> = self
             .real
             .iter()
-            .filter_map(|t| self.density_run(cell, t, p, rate).map(|r| r.relative_time))
+            .filter_map(|t| self.density_time(cell, t, p, rate))
             .collect();
         (times.len() == self.real.len()).then(|| geomean(times))
+    }
+
+    /// The most memtide's geometric mean over the real traces differs between two draws of
+    /// the samples in one cell at one drawn density, and where.
+    fn density_draw_spread(&self, cells: &[Cell<'_>]) -> String {
+        let mut widest: Option<(f64, String)> = None;
+        for cell in cells {
+            for rate in DENSITY_RATES.into_iter().filter(|&r| density_draws(r) > 1) {
+                let per_draw: Option<Vec<f64>> = (0..density_draws(rate))
+                    .map(|draw| {
+                        let times: Option<Vec<f64>> = self
+                            .real
+                            .iter()
+                            .map(|t| {
+                                self.density_run(cell, t, (PolicyName::Memtide, rate, draw))
+                                    .map(|r| r.relative_time)
+                            })
+                            .collect();
+                        times.map(geomean)
+                    })
+                    .collect();
+                let Some(per_draw) = per_draw else { continue };
+                let lo = per_draw.iter().copied().fold(f64::INFINITY, f64::min);
+                let hi = per_draw.iter().copied().fold(0.0, f64::max);
+                let spread = (hi / lo - 1.0) * 100.0;
+                if widest.as_ref().is_none_or(|(w, _)| spread > *w) {
+                    let at = format!(
+                        "fast {}, `{}`, 1 in {rate}: {lo:.3} to {hi:.3}",
+                        cell.fast,
+                        cell.sampler.name()
+                    );
+                    widest = Some((spread, at));
+                }
+            }
+        }
+        widest.map_or_else(
+            || "no cell ran more than one draw".to_owned(),
+            |(spread, at)| format!("up to {spread:.1} % ({at})"),
+        )
     }
 
     fn density_table(&self, o: &mut String, cell: &Cell<'_>) {
@@ -166,7 +221,7 @@ impl Report<'_> {
             let mut samples: Vec<u64> = self
                 .real
                 .iter()
-                .filter_map(|t| self.density_run(cell, t, PolicyName::Memtide, rate))
+                .filter_map(|t| self.density_run(cell, t, (PolicyName::Memtide, rate, 0)))
                 .map(|r| r.samples)
                 .collect();
             samples.sort_unstable();
@@ -297,7 +352,7 @@ mod tests {
     use super::{
         super::{fake_run, render_section},
         Choice, DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
-        PRODUCTION_SAMPLE_RATE, PolicyName,
+        PRODUCTION_SAMPLE_RATE, PolicyName, density_draws,
     };
     use crate::suite::Results;
 
@@ -312,17 +367,28 @@ mod tests {
             for sampler in DENSITY_SAMPLERS {
                 for (i, rate) in (0..).zip(DENSITY_RATES) {
                     for (j, p) in (0..).zip(DENSITY_POLICIES) {
-                        let mut time = 1.2 + 0.01 * f64::from(i) + 0.001 * f64::from(j);
-                        let behind = section == "density-small"
-                            && sampler.name() == "ibs"
-                            && rate == PRODUCTION_SAMPLE_RATE;
-                        if behind && p == PolicyName::Memtide {
-                            time = 1.5;
+                        for draw in 0..density_draws(rate) {
+                            let mut time = 1.2 + 0.01 * f64::from(i) + 0.001 * f64::from(j);
+                            let behind = section == "density-small"
+                                && sampler.name() == "ibs"
+                                && rate == PRODUCTION_SAMPLE_RATE;
+                            if behind && p == PolicyName::Memtide {
+                                time = 1.5;
+                            }
+                            // Draws that differ, around the same mean: the table shows their
+                            // geometric mean, the spread line how far apart they were.
+                            let spread = section == "density"
+                                && sampler.name() == "pebs"
+                                && rate == 32768
+                                && p == PolicyName::Memtide;
+                            if spread {
+                                time *= [1.0, 1.02, 0.98, 1.0][usize::try_from(draw).unwrap()];
+                            }
+                            let mut run = fake_run(p, trace, time, 0.5, 1);
+                            run.samples = 1000 / u64::from(rate);
+                            let label = Choice::Density(p, sampler, rate, draw).label();
+                            results.insert((section, trace.to_owned(), label), run);
                         }
-                        let mut run = fake_run(p, trace, time, 0.5, 1);
-                        run.samples = 1000 / u64::from(rate);
-                        let label = Choice::Density(p, sampler, rate).label();
-                        results.insert((section, trace.to_owned(), label), run);
                     }
                 }
             }
@@ -357,6 +423,16 @@ mod tests {
         assert!(section.contains(
             "in every cell: **does not hold**, behind in 3 places:\n  - fast 10 %, `ibs`, 1 in 8192: hemem 1.234, memtide 1.500 (+21.6 %)"
         ), "{section}");
+        assert!(
+            section.contains("by up to 4.1 % (fast 25 %, `pebs`, 1 in 32768: 1.215 to 1.265)"),
+            "{section}"
+        );
+        let row = section
+            .split("### Fast tier 25 % of each footprint, `pebs`")
+            .nth(1)
+            .and_then(|t| t.lines().find(|l| l.starts_with("| 32768")))
+            .unwrap();
+        assert!(row.starts_with("| 32768 | 0 | 1.240 |"), "{row}");
         let headline = render_section(&results, &[trace], |r, o| r.headline_density(o));
         assert!(
             headline.contains("2048 times denser than the **production density**"),

@@ -87,7 +87,7 @@ impl Report<'_> {
             self.get(
                 section,
                 trace,
-                &Choice::Density(p, LONG_SAMPLER, rate).label(),
+                &Choice::Density(p, LONG_SAMPLER, rate, 0).label(),
             )
         }
     }
@@ -211,7 +211,7 @@ mod tests {
                         let hit = if i == 0 { 0.5 } else { 0.4 };
                         let mut run = fake_run(p, t, 1.2, hit, 0);
                         run.migrated_bytes = 8 << 20;
-                        let label = Choice::Density(p, LONG_SAMPLER, rate).label();
+                        let label = Choice::Density(p, LONG_SAMPLER, rate, 0).label();
                         results.insert((section, t.to_owned(), label), run);
                     }
                 }

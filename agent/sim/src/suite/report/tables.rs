@@ -12,6 +12,8 @@ use crate::{
 
 /// The prose and header of the sampling-sensitivity table.
 const SAMPLING: &str = include_str!("sampling.md");
+/// What bounds the longest epoch, below the epoch sweep.
+const EPOCH_BOUND: &str = include_str!("epoch-bound.md");
 
 impl Report<'_> {
     /// The main matrix: every trace under every policy.
@@ -160,8 +162,34 @@ impl Report<'_> {
         );
         std::fs::write(dir.join("epoch-sweep.svg"), svg)?;
         o.push_str("\n![hit ratio vs epoch](evaluation/epoch-sweep.svg)\n\n");
-
+        self.epoch_bound(o);
         Ok(())
+    }
+
+    /// What bounds the longest epoch, with the longest memtide chose in the main matrix and
+    /// the real-program sections.
+    fn epoch_bound(&self, o: &mut String) {
+        let longest = ["main", "real-small"]
+            .into_iter()
+            .flat_map(|section| self.traces.iter().map(move |t| (section, t)))
+            .filter_map(|(section, t)| {
+                let r = self.get(section, t, PolicyName::Memtide.name())?;
+                let ms = r.policy_info.get("longest_epoch_ms")?.as_u64()?;
+                Some((ms, t))
+            })
+            .max_by_key(|&(ms, _)| ms);
+        let Some((ms, trace)) = longest else {
+            return;
+        };
+        let max_ms = memtide_core::policy::EpochConfig::default().max_ms;
+        o.push_str(&super::fill(
+            EPOCH_BOUND,
+            &[
+                ("max_ms", max_ms.to_string()),
+                ("longest", ms.to_string()),
+                ("longest_trace", format!("`{trace}`")),
+            ],
+        ));
     }
 
     /// The BW-AWARE share sweep and its plot.
