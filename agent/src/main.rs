@@ -7,8 +7,9 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, bail};
 use clap::Parser as _;
+use memtide_config::SourceKind;
 use memtide_host::{
-    probe::{BpfStatus, Probe, ProbeOptions, SourceKind, damon::OpsProbe},
+    probe::{BpfStatus, Probe, ProbeOptions, damon::OpsProbe},
     sysfs::HostRoot,
 };
 use memtide_sim::args::UsageError;
@@ -112,7 +113,6 @@ fn agent(args: &cli::RunArgs, verbose: u8) -> ExitCode {
 /// `memtide record`: samples to a native trace file.
 fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
     use memtide::record::{RecordOptions, record};
-    use memtide_host::probe::SourceKind;
 
     let duration = args.duration.map(std::time::Duration::from_secs_f64);
     // What the command line names must be there: usage errors, before anything is set up.
@@ -254,11 +254,13 @@ fn check_config(args: &cli::CheckConfigArgs) -> anyhow::Result<()> {
     let config = Config::load(path)?;
     memtide_config::check_permissions(path)?;
     let root = HostRoot::default();
-    let topology = Topology::read(&root).ok();
+    let machine_nodes = Topology::read(&root)
+        .ok()
+        .map(|topology| topology.node_ids());
     // Each problem where the file sets its key, as a syntax error is: path:line: key: ...
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let mut problems: Vec<String> = config
-        .problems(topology.as_ref())
+        .problems(machine_nodes.as_deref())
         .iter()
         .map(
             |problem| match memtide_config::line_of(&text, &problem.key) {
@@ -347,9 +349,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
 fn exec(args: &ExecArgs) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt as _;
 
+    use memtide_config::TierOverride;
     use memtide_host::{
         exec::launch::{self, Placement},
-        topology::tiering::{TierOverride, TieredTopology},
+        topology::tiering::TieredTopology,
     };
 
     let root = HostRoot::new(&args.root);

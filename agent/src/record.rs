@@ -13,8 +13,8 @@
 //! once the trace is complete. Samples the ring or the queue had to drop are counted and
 //! reported, never silently lost.
 
+use memtide_config::SourceKind;
 use memtide_core::ingest::IngestCounters;
-use memtide_host::probe::SourceKind;
 use std::{
     collections::BTreeMap,
     fs::File,

@@ -12,11 +12,8 @@ use memtide::sources::{
     perf::{PerfSourceOptions, budget::KernelLimits},
     start_first,
 };
-use memtide_config::DamonMonitorConfig;
-use memtide_host::{
-    probe::{SourceKind, pmu::PmuScan},
-    sysfs::HostRoot,
-};
+use memtide_config::{DamonMonitorConfig, SourceKind};
+use memtide_host::{probe::pmu::PmuScan, sysfs::HostRoot};
 
 const ADMIN: &str = "/sys/kernel/mm/damon/admin";
 

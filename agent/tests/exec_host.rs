@@ -5,11 +5,12 @@ mod support;
 
 use std::time::Instant;
 
+use memtide_config::ExecConfig;
 use memtide_core::units::Direction;
 use memtide_host::{
     exec::{
-        AbortReason, Backend, ExecConfig, ExecError, Executor, HugeRange, KernelBackend,
-        MoveRequest, pages_on_destination, thp::SplitOutcome,
+        AbortReason, Backend, ExecError, Executor, HugeRange, KernelBackend, MoveRequest,
+        pages_on_destination, thp::SplitOutcome,
     },
     sys::mempolicy::{self, PageStatus, Pid},
     sysfs::HostRoot,

@@ -16,11 +16,8 @@ use memtide::sources::perf::{
     sampler::{EventSpec, PlannedOpen},
 };
 use memtide_common::{AccessKind, SampleSource};
-use memtide_host::{
-    probe::{SourceKind, pmu::PmuScan},
-    sys::perf::PerfAttr,
-    sysfs::HostRoot,
-};
+use memtide_config::SourceKind;
+use memtide_host::{probe::pmu::PmuScan, sys::perf::PerfAttr, sysfs::HostRoot};
 
 const SAMPLE_TYPE: u64 = 0xc00a;
 

@@ -20,13 +20,14 @@
 use std::collections::BTreeSet;
 
 use libfuzzer_sys::fuzz_target;
+use memtide_config::TierOverride;
 use memtide_fuzz::SysfsTree;
 use memtide_host::{
     probe::{BpfStatus, Probe},
     sysfs::{self, HostRoot, SysfsError},
     topology::{
         MmSettings, Topology, costs,
-        tiering::{self, HotplugWatch, TierOverride},
+        tiering::{self, HotplugWatch},
     },
 };
 

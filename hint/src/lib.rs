@@ -17,10 +17,11 @@ use std::{
     path::Path,
 };
 
+use memtide_config::TierOverride;
 use memtide_host::{
     sys::mempolicy::{self, MPOL_MF_MOVE, Mode, NodeMask},
     sysfs::HostRoot,
-    topology::tiering::{TierOverride, TieredTopology},
+    topology::tiering::TieredTopology,
 };
 
 /// Where a range belongs.

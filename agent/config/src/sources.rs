@@ -1,9 +1,44 @@
 //! `[sources]`: where hotness comes from, and `[sources.damon]`, the kdamond memtide starts.
 
-use std::path::PathBuf;
+use std::{fmt, path::PathBuf};
 
-use memtide_host::probe::SourceKind;
 use serde::{Deserialize, Serialize};
+
+use crate::Problem;
+
+/// One kind of hotness source: what `[sources] order` lists, and what the host's probe ranks.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SourceKind {
+    Pebs,
+    Ibs,
+    Spe,
+    Damon,
+    SwFault,
+}
+
+impl SourceKind {
+    /// All kinds, best first.
+    pub const ALL: [Self; 5] = [Self::Pebs, Self::Ibs, Self::Spe, Self::Damon, Self::SwFault];
+
+    /// The name used in configs, metrics labels and JSON.
+    #[must_use]
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Self::Pebs => "pebs",
+            Self::Ibs => "ibs",
+            Self::Spe => "spe",
+            Self::Damon => "damon",
+            Self::SwFault => "swfault",
+        }
+    }
+}
+
+impl fmt::Display for SourceKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// `[sources]`: where hotness comes from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -23,6 +58,34 @@ pub struct SourcesConfig {
     pub batch: usize,
     /// Batches queued per target before new ones are dropped (and counted).
     pub queue_batches: usize,
+}
+
+impl SourcesConfig {
+    /// Sizes, budgets and queues that cannot work, then the kdamond's attributes.
+    pub(crate) fn problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        let ring = self.ring_bytes;
+        if ring < 4096 || !ring.is_power_of_two() {
+            problems.push(Problem::new(
+                "sources.ring_bytes",
+                format!("{ring} must be a power of two of at least 4096"),
+            ));
+        }
+        if !(self.cpu_budget_percent > 0.0 && self.cpu_budget_percent <= 100.0) {
+            problems.push(Problem::new(
+                "sources.cpu_budget_percent",
+                format!("{} must be in (0, 100]", self.cpu_budget_percent),
+            ));
+        }
+        if self.batch == 0 || self.queue_batches == 0 {
+            problems.push(Problem::new(
+                "sources.batch",
+                "batch and queue_batches must be at least 1".to_owned(),
+            ));
+        }
+        problems.extend(self.damon.problems());
+        problems
+    }
 }
 
 impl Default for SourcesConfig {
@@ -83,6 +146,39 @@ impl Default for DamonMonitorConfig {
 }
 
 impl DamonMonitorConfig {
+    /// Intervals out of order, a relative record path, a region count DAMON refuses.
+    fn problems(&self) -> Vec<Problem> {
+        let mut problems = Vec::new();
+        if self.sample_us == 0 || self.aggr_us < self.sample_us {
+            problems.push(Problem::new(
+                "sources.damon.aggr_us",
+                format!(
+                    "aggregation interval {} µs must be at least the sampling interval {} µs (> 0)",
+                    self.aggr_us, self.sample_us
+                ),
+            ));
+        }
+        if !self.owner_file.as_os_str().is_empty() && !self.owner_file.is_absolute() {
+            problems.push(Problem::new(
+                "sources.damon.owner_file",
+                format!(
+                    "{} is not an absolute path; give one (default /run/memtide/kdamond) or \"\" to keep no record",
+                    self.owner_file.display()
+                ),
+            ));
+        }
+        if self.min_regions < 3 || self.min_regions > self.max_regions {
+            problems.push(Problem::new(
+                "sources.damon.min_regions",
+                format!(
+                    "need 3 <= min_regions ({}) <= max_regions ({})",
+                    self.min_regions, self.max_regions
+                ),
+            ));
+        }
+        problems
+    }
+
     /// The largest `nr_accesses` a region can report: samples per aggregation interval.
     #[must_use]
     pub fn max_nr_accesses(&self) -> u32 {

@@ -8,9 +8,10 @@ use std::{
     path::{Path, PathBuf},
 };
 
+use memtide_config::SourceKind;
 use memtide_host::{
     probe::{
-        BpfStatus, Probe, SourceKind,
+        BpfStatus, Probe,
         damon::{DamonStatus, KdamondState, OpsProbe},
         pmu::{ConfigWord, EventSpec, MemSampling, PmuScan, classify},
     },

@@ -11,17 +11,16 @@ use std::{
     time::Instant,
 };
 
-use memtide_config::Config;
+use memtide_config::{Config, SourceKind, TierOverride};
 use memtide_core::{ingest::IngestCounters, policy::TierCost};
 use memtide_host::{
     exec::TierNodes,
-    probe::SourceKind,
     sysfs::{HostRoot, SysfsError},
     targets::select::{Selection, TargetSet},
     topology::{
         costs::{self, LocalLatency, NodeCost},
         locality::Locality,
-        tiering::{HotplugWatch, TierOverride, TieredTopology},
+        tiering::{HotplugWatch, TieredTopology},
     },
 };
 use tokio::sync::mpsc;
@@ -504,7 +503,7 @@ impl Agent {
         };
         match config::reload(&path, &self.config, &self.command_line, &self.tiered) {
             Ok(config) => {
-                self.selection = config.targets.selection();
+                self.selection = config::selection(&config.targets);
                 self.config = config;
                 self.update_observe_reason();
                 self.update_limits();

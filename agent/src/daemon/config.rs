@@ -3,10 +3,10 @@
 
 use std::path::{Path, PathBuf};
 
-use memtide_config::{Config, ConfigError};
+use memtide_config::{Config, ConfigError, TargetsConfig};
 use memtide_host::{
     sysfs::HostRoot,
-    targets::select::{self, Selector},
+    targets::select::{self, Exclude, NamePattern, Selection, Selector},
     topology::tiering::TieredTopology,
 };
 
@@ -81,7 +81,7 @@ pub(super) fn reload(
 ) -> Result<Config, ConfigError> {
     memtide_config::check_permissions(path)?;
     let mut config = Config::load(path)?;
-    config.validate(path, Some(&tiered.topology))?;
+    config.validate(path, Some(&tiered.topology.node_ids()))?;
     config.apply_kubernetes_env(|name| std::env::var(name).ok());
     let later = applied_at_next_start(running, &config, command_line.listen.is_some());
     // The HTTP server stays where it is bound.
@@ -147,6 +147,37 @@ pub(super) fn applied_at_next_start(
         later.push("[engine] interval_ms for the sample sources' draining");
     }
     later
+}
+
+/// The processes `[targets]` names, and those it excludes.
+pub(super) fn selection(targets: &TargetsConfig) -> Selection {
+    let include = targets
+        .pids
+        .iter()
+        .map(|&pid| Selector::Pid(pid))
+        .chain(targets.cgroups.iter().cloned().map(Selector::Cgroup))
+        .chain(
+            targets
+                .names
+                .iter()
+                .cloned()
+                .map(|name| Selector::Name(NamePattern(name))),
+        )
+        .chain(targets.pods.iter().cloned().map(Selector::Pod))
+        .collect();
+    Selection {
+        include,
+        exclude: Exclude {
+            pids: targets.exclude_pids.clone(),
+            names: targets
+                .exclude_names
+                .iter()
+                .cloned()
+                .map(NamePattern)
+                .collect(),
+            cgroups: targets.exclude_cgroups.clone(),
+        },
+    }
 }
 
 /// Why the agent only observes, if it does.

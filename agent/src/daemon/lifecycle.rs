@@ -29,7 +29,7 @@ use tokio::{
 use super::{
     Control, DaemonError, Environment, RunOptions,
     agent::{self, Agent},
-    config::{check_command_line_targets, load_config, observe_reason},
+    config::{check_command_line_targets, load_config, observe_reason, selection},
     http,
     notify::Notifier,
     pods::PodWatch,
@@ -172,7 +172,7 @@ async fn prepare(
     let shown = config_path
         .as_deref()
         .unwrap_or_else(|| Path::new("(defaults)"));
-    config.validate(shown, Some(&tiered.topology))?;
+    config.validate(shown, Some(&tiered.topology.node_ids()))?;
     if let Some(warning) = &tiered.classes.warning {
         tracing::warn!("{warning}");
     }
@@ -227,7 +227,7 @@ async fn prepare(
             format!("starting the HTTP server thread: {error}"),
         )
     })?;
-    let selection = config.targets.selection();
+    let selection = selection(&config.targets);
     let observe_all = selection.include.is_empty() && pods.is_none();
     let mut hotplug = HotplugWatch::new();
     // The first call records the current node sets.
@@ -357,7 +357,7 @@ fn set_ready(ready: &http::Readiness, agent: &Agent, not_ready: Option<String>) 
 }
 
 /// What `/readyz` says when no source could start.
-fn no_source_reason(order: &[memtide_host::probe::SourceKind]) -> String {
+fn no_source_reason(order: &[memtide_config::SourceKind]) -> String {
     let tried = if order.is_empty() {
         "of those `memtide probe` ranks usable".to_owned()
     } else {

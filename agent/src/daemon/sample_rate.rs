@@ -153,7 +153,7 @@ impl SampleRate {
 mod tests {
     use std::collections::BTreeMap;
 
-    use memtide_host::probe::SourceKind;
+    use memtide_config::SourceKind;
     use tokio::task::JoinHandle;
 
     use super::*;

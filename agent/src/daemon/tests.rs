@@ -5,11 +5,8 @@ use std::{
     process::{Child, Command},
 };
 
-use memtide_config::Config;
-use memtide_host::{
-    probe::SourceKind,
-    topology::tiering::{HotplugWatch, TierOverride},
-};
+use memtide_config::{Config, SourceKind, TierOverride};
+use memtide_host::topology::tiering::HotplugWatch;
 
 use super::{
     agent::{SourceUpdate, reread_after_hotplug, source_update},

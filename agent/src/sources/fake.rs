@@ -11,7 +11,7 @@ use std::{
 };
 
 use memtide_common::AccessSample;
-use memtide_host::probe::SourceKind;
+use memtide_config::SourceKind;
 use tokio::{sync::mpsc, task::JoinHandle};
 
 use super::{Delivery, HotnessSource, SampleRouter, SourceError, SourceFactory, SourceRequest};

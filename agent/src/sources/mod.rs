@@ -18,10 +18,10 @@ pub mod perf;
 
 use std::{collections::BTreeMap, os::fd::OwnedFd};
 
-use memtide_config::{DamonMonitorConfig, SourcesConfig};
+use memtide_config::{DamonMonitorConfig, SourceKind, SourcesConfig};
 use memtide_host::{
     probe::{
-        self, SourceKind,
+        self,
         damon::{DamonStatus, OpsProbe},
         pmu::PmuScan,
     },

@@ -8,9 +8,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_config::ExecConfig;
 use memtide_core::units::Direction;
 use memtide_host::{
-    exec::{ExecConfig, ExecReport, Executor, KernelBackend, MoveRequest},
+    exec::{ExecReport, Executor, KernelBackend, MoveRequest},
     sysfs::HostRoot,
     targets::{Target, placement},
 };

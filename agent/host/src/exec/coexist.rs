@@ -6,7 +6,8 @@
 
 use std::{fmt, path::Path};
 
-use serde::{Deserialize, Serialize};
+use memtide_config::CoexistMode;
+use serde::Serialize;
 
 use crate::{
     sysfs::{self, HostRoot, SysfsError},
@@ -48,15 +49,6 @@ impl fmt::Display for Conflict {
             Self::Daemon { name, pid } => write!(f, "{name} is running (pid {pid})"),
         }
     }
-}
-
-/// What to do about conflicts.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum CoexistMode {
-    #[default]
-    Warn,
-    Refuse,
 }
 
 /// Refused to run beside other movers.

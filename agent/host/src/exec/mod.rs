@@ -22,7 +22,7 @@ pub mod watermark;
 use std::collections::BTreeMap;
 
 pub use self::executor::{
-    AbortReason, Backend, DirectionReport, ExecConfig, ExecReport, Executor, MoveRequest,
+    AbortReason, Backend, DirectionReport, ExecReport, Executor, MoveRequest,
 };
 pub use self::huge::HugeRange;
 pub use self::placed::pages_on_destination;

@@ -7,9 +7,10 @@
 
 use std::fmt::Write as _;
 
+use memtide_config::SourceKind;
 use serde::Serialize;
 
-pub use self::sources::{SourceCheck, SourceInputs, SourceKind, rank, select};
+pub use self::sources::{SourceCheck, SourceInputs, rank, select};
 use self::{
     damon::{DamonStatus, OpsProbe},
     pmu::PmuScan,

@@ -5,49 +5,14 @@
 //! faults (available everywhere, coarse). Every one of them feeds the agent's eBPF → ring
 //! buffer path, so each needs BPF.
 
-use std::fmt;
-
-use serde::{Deserialize, Serialize};
+use memtide_config::SourceKind;
+use serde::Serialize;
 
 use super::{
     damon::DamonStatus,
     kernel,
     pmu::{self, MemSampling, PmuScan},
 };
-
-/// One kind of hotness source.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SourceKind {
-    Pebs,
-    Ibs,
-    Spe,
-    Damon,
-    SwFault,
-}
-
-impl SourceKind {
-    /// All kinds, best first.
-    pub const ALL: [Self; 5] = [Self::Pebs, Self::Ibs, Self::Spe, Self::Damon, Self::SwFault];
-
-    /// The name used in configs, metrics labels and JSON.
-    #[must_use]
-    pub const fn as_str(self) -> &'static str {
-        match self {
-            Self::Pebs => "pebs",
-            Self::Ibs => "ibs",
-            Self::Spe => "spe",
-            Self::Damon => "damon",
-            Self::SwFault => "swfault",
-        }
-    }
-}
-
-impl fmt::Display for SourceKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
 
 /// Whether one source is usable here, and why (not).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]

@@ -15,9 +15,10 @@
 
 use std::collections::BTreeMap;
 
+use memtide_config::NodeCostOverride;
 use serde::{Deserialize, Serialize};
 
-use super::tiering::{NodeCostOverride, TieredTopology};
+use super::tiering::TieredTopology;
 
 /// Where a node's costs came from (the most trusted source that gave any field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]

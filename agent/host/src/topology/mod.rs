@@ -92,6 +92,13 @@ impl Topology {
         self.nodes.iter().find(|n| n.id == id)
     }
 
+    /// Every node's id, in order: what a configuration's node numbers are checked against
+    /// (`memtide_config::Config::problems`).
+    #[must_use]
+    pub fn node_ids(&self) -> Vec<u32> {
+        self.nodes.iter().map(|n| n.id).collect()
+    }
+
     /// Nodes that have memory (a node can be online with 0 bytes, for example during hotplug).
     pub fn nodes_with_memory(&self) -> impl Iterator<Item = &Node> {
         self.nodes.iter().filter(|n| n.memory_bytes > 0)

@@ -20,7 +20,8 @@
 
 use std::collections::BTreeSet;
 
-use serde::{Deserialize, Serialize};
+use memtide_config::TierOverride;
+use serde::Serialize;
 
 use super::Topology;
 use crate::sysfs::{self, HostRoot, SysfsError};
@@ -81,30 +82,6 @@ pub fn read_node_attrs(root: &HostRoot, topology: &Topology) -> Result<Vec<NodeA
             })
         })
         .collect()
-}
-
-/// A configured classification; empty lists mean "decide from the machine".
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct TierOverride {
-    pub fast_nodes: Vec<u32>,
-    pub slow_nodes: Vec<u32>,
-    /// Access costs of nodes, overriding HMAT and SLIT field by field, one table per node:
-    /// `[[topology.costs]]` with `node`, `read_latency_ns`, `write_latency_ns`,
-    /// `read_bandwidth_mbps`, `write_bandwidth_mbps` (each optional but `node`).
-    pub costs: Vec<NodeCostOverride>,
-}
-
-/// A node's costs as configured (`[[topology.costs]]`); every field optional.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(default, deny_unknown_fields)]
-pub struct NodeCostOverride {
-    pub node: u32,
-    pub read_latency_ns: Option<u64>,
-    pub write_latency_ns: Option<u64>,
-    /// MB/s (10^6 bytes), as HMAT reports it.
-    pub read_bandwidth_mbps: Option<u64>,
-    pub write_bandwidth_mbps: Option<u64>,
 }
 
 /// Which rule classified the nodes.

@@ -130,15 +130,12 @@ pub(super) fn busiest_node(cpus: &[u32], locality: &Locality) -> Option<u32> {
 
 #[cfg(test)]
 mod tests {
+    use memtide_config::TierOverride;
     use memtide_core::{
         policy::{MoveReason, PlannedMove},
         units::{Granularity, SUPERPAGE_SIZE},
     };
-    use memtide_host::{
-        exec::TierNodes,
-        sysfs::HostRoot,
-        topology::tiering::{TierOverride, TieredTopology},
-    };
+    use memtide_host::{exec::TierNodes, sysfs::HostRoot, topology::tiering::TieredTopology};
 
     use super::*;
 

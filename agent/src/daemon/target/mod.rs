@@ -30,9 +30,10 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_config::ExecConfig;
 use memtide_core::tiering::{Tiering, TieringConfig};
 use memtide_host::{
-    exec::{ExecConfig, Executor, TierNodes},
+    exec::{Executor, TierNodes},
     sysfs::HostRoot,
     targets::{Target, placement::TierPlacement},
 };

@@ -22,8 +22,8 @@ use aya::{
     programs::TracePoint,
 };
 use memtide_common::names;
-use memtide_config::DamonMonitorConfig;
-use memtide_host::{probe::SourceKind, sysfs::HostRoot};
+use memtide_config::{DamonMonitorConfig, SourceKind};
+use memtide_host::sysfs::HostRoot;
 use tokio::sync::watch;
 
 use self::monitor::{DamonError, DamonMonitor, damon_aggregated_offsets};

@@ -18,11 +18,9 @@ pub mod swfault;
 use std::collections::BTreeMap;
 
 use memtide_common::AccessKind;
+use memtide_config::SourceKind;
 use memtide_core::sampling::MemoryShares;
-use memtide_host::{
-    probe::{SourceKind, pmu::PmuScan},
-    sysfs::HostRoot,
-};
+use memtide_host::{probe::pmu::PmuScan, sysfs::HostRoot};
 use serde::Serialize;
 
 use self::{
