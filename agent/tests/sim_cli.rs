@@ -367,15 +367,3 @@ fn an_engine_config_file_configures_the_simulated_engine() {
         &["--engine-config", "hemem"],
     );
 }
-
-/// `--engine-config` refuses the tables an agent configuration file cannot have: its list is
-/// the configuration's own.
-#[test]
-fn the_engine_config_reader_knows_the_agent_configuration_tables() {
-    let tables = toml::Table::try_from(memtide_config::Config::default()).unwrap();
-    let mut expected: Vec<&str> = tables.keys().map(String::as_str).collect();
-    let mut known = memtide_sim::cli::AGENT_CONFIG_TABLES.to_vec();
-    expected.sort_unstable();
-    known.sort_unstable();
-    assert_eq!(known, expected);
-}

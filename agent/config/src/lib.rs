@@ -7,8 +7,9 @@
 //! which the caller reads.
 //!
 //! It depends on no crate that makes system calls (libc, perf-event-open-sys2, memtide-host;
-//! the file itself is read through std), so that the simulator can read it too: the host
-//! crate depends on this one for the tables it acts on, not the other way.
+//! the file itself is read through std), so that the daemon (through `memtide-host`, which
+//! acts on these tables) and the simulator (which reads `[engine]` with [`EngineTable`]) share
+//! one list of tables and one `[engine]` parser.
 #![forbid(unsafe_code)]
 
 use std::path::Path;
@@ -19,6 +20,7 @@ use memtide_core::tiering::TieringConfig;
 
 pub use self::{
     agent::{AgentConfig, CoexistMode, LogFormat, resolve_address},
+    engine::{EngineFileError, EngineTable, EngineTableError},
     error::{ConfigError, line_of},
     kubernetes::KubeConfig,
     limits::{LimitAmount, LimitSelector, TargetLimit},
@@ -29,6 +31,7 @@ pub use self::{
 };
 
 mod agent;
+mod engine;
 mod error;
 pub mod kubernetes;
 pub mod limits;
@@ -40,6 +43,18 @@ mod validate;
 
 /// Where the service looks for its configuration.
 pub const DEFAULT_PATH: &str = "/etc/memtide/memtide.toml";
+
+/// The tables of a configuration file: [`Config`]'s fields, in the order the shipped file
+/// (deploy/config/memtide.toml) has them. A test keeps the two in step.
+pub const TABLES: [&str; 7] = [
+    "agent",
+    "targets",
+    "sources",
+    "topology",
+    "migration",
+    "engine",
+    "kubernetes",
+];
 
 /// The whole configuration file.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
@@ -272,5 +287,15 @@ mod tests {
             [SourceKind::Damon, SourceKind::SwFault]
         );
         assert!(parse("[sources]\norder = [\"pmu\"]\n").is_err());
+    }
+
+    #[test]
+    fn the_table_list_is_the_configurations_fields() {
+        let printed = toml::Table::try_from(Config::default()).unwrap();
+        let mut fields: Vec<&str> = printed.keys().map(String::as_str).collect();
+        let mut tables = TABLES.to_vec();
+        fields.sort_unstable();
+        tables.sort_unstable();
+        assert_eq!(tables, fields);
     }
 }

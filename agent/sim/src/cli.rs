@@ -10,6 +10,7 @@ use std::{
 
 use anyhow::{Context as _, anyhow, bail};
 use clap::Args;
+use memtide_config::EngineTable;
 use memtide_core::policy::EpochConfig;
 
 use super::{
@@ -272,25 +273,12 @@ fn copy_records<W: std::io::Write>(
     Ok((records, w.finish()?))
 }
 
-/// The tables of an agent configuration file (the fields of `memtide_config::Config`; a test
-/// in agent/tests/sim_cli.rs keeps the two in step). `--engine-config` reads `engine` and
-/// ignores the others.
-pub const AGENT_CONFIG_TABLES: [&str; 7] = [
-    "agent",
-    "targets",
-    "sources",
-    "topology",
-    "migration",
-    "engine",
-    "kubernetes",
-];
-
 /// `--engine-config`'s `[engine]` table, for a policy that runs memtide's engine.
 fn engine_overrides(
     file: &Path,
     policy: PolicyName,
     preset: &Preset,
-) -> anyhow::Result<toml::Table> {
+) -> anyhow::Result<EngineTable> {
     if !policy.reads_engine_config() {
         return Err(usage(format!(
             "--engine-config configures memtide's engine, which --policy {} does not run \
@@ -305,30 +293,16 @@ fn engine_overrides(
 
 /// The `[engine]` table of the agent configuration file at `path`, checked against the
 /// simulator's configuration for `preset` (unknown keys, invalid values).
-fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<toml::Table> {
+fn engine_table(path: &Path, preset: &Preset) -> anyhow::Result<EngineTable> {
     input_file("--engine-config", path)?;
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("reading --engine-config {}", path.display()))?;
-    let mut file: toml::Table =
-        toml::from_str(&text).map_err(|e| anyhow!("{}: {e}", path.display()))?;
-    if let Some(unknown) = file
-        .keys()
-        .find(|k| !AGENT_CONFIG_TABLES.contains(&k.as_str()))
-    {
+    let Some(engine) = EngineTable::from_file(path, &text)? else {
         bail!(
-            "{}: unknown table `{unknown}`: an agent configuration file has {}",
-            path.display(),
-            AGENT_CONFIG_TABLES.map(|t| format!("[{t}]")).join(", ")
-        );
-    }
-    let engine = match file.remove("engine") {
-        Some(toml::Value::Table(engine)) => engine,
-        Some(_) => bail!("{}: `engine` must be a table: [engine]", path.display()),
-        None => bail!(
             "{}: no [engine] table: --engine-config reads the [engine] table of an agent \
              configuration file (deploy/config/memtide.toml lists its keys)",
             path.display()
-        ),
+        );
     };
     super::policy::engine_config_with(preset, Some(&engine))
         .map_err(|e| anyhow!("{}: [engine]: {e}", path.display()))?;

@@ -6,8 +6,9 @@
 //! trace under one policy, [`suite`] runs the matrix and writes the report. Everything is
 //! deterministic from seeds.
 //!
-//! It depends on `memtide-core` only, never on the agent: a simulation runs the very engine and
-//! planner the daemon runs, without a kernel.
+//! It depends on `memtide-core`, and on `memtide-config` for `--engine-config` (the daemon's
+//! `[engine]` parser), never on `memtide-host` or the agent: a simulation runs the very engine
+//! and planner the daemon runs, configured as the daemon is, without a kernel.
 #![forbid(unsafe_code)]
 
 pub mod args;
@@ -147,7 +148,7 @@ pub enum SimError {
     #[error("engine configuration")]
     Config(#[from] memtide_core::validate::ConfigError),
     #[error("engine configuration")]
-    EngineOverrides(#[from] policy::EngineOverrideError),
+    EngineOverrides(#[from] memtide_config::EngineTableError),
     #[error("{0}")]
     Io(#[from] std::io::Error),
 }

@@ -15,6 +15,7 @@ use super::{
     trace::TraceRecord,
 };
 use memtide_common::AccessSample;
+use memtide_config::{EngineTable, EngineTableError};
 use memtide_core::{
     tiering::{Tiering, TieringConfig},
     units::{Direction, Granularity, PAGE_SIZE, Tier},
@@ -93,39 +94,12 @@ pub fn engine_config(preset: &Preset) -> TieringConfig {
 /// like the daemon's firmware-declared costs, they win over the file's.
 pub fn engine_config_with(
     preset: &Preset,
-    overrides: Option<&toml::Table>,
-) -> Result<TieringConfig, EngineOverrideError> {
+    overrides: Option<&EngineTable>,
+) -> Result<TieringConfig, EngineTableError> {
     let base = engine_config(preset);
-    let Some(overrides) = overrides else {
-        return Ok(base);
-    };
-    let mut table = toml::Table::try_from(&base)
-        .map_err(|e| EngineOverrideError(format!("the simulator's configuration: {e}")))?;
-    lay_over(&mut table, overrides);
-    let cfg: TieringConfig = toml::Value::Table(table)
-        .try_into()
-        .map_err(|e: toml::de::Error| EngineOverrideError(e.to_string().trim_end().to_owned()))?;
-    cfg.validate()
-        .map_err(|e| EngineOverrideError(e.to_string()))?;
-    Ok(cfg)
-}
-
-/// Why an `[engine]` table cannot configure the simulated engine.
-#[derive(Debug, thiserror::Error)]
-#[error("{0}")]
-pub struct EngineOverrideError(String);
-
-/// Replaces `base`'s values with `over`'s, table by table.
-fn lay_over(base: &mut toml::Table, over: &toml::Table) {
-    for (key, value) in over {
-        match (base.get_mut(key), value) {
-            (Some(toml::Value::Table(inner)), toml::Value::Table(over_inner)) => {
-                lay_over(inner, over_inner);
-            }
-            _ => {
-                base.insert(key.clone(), value.clone());
-            }
-        }
+    match overrides {
+        Some(overrides) => overrides.lay_over(&base),
+        None => Ok(base),
     }
 }
 
@@ -277,6 +251,8 @@ impl SimPolicy for EnginePolicy {
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
     use crate::model::PresetName;
 
@@ -287,11 +263,15 @@ mod tests {
             engine_config_with(&preset, None).unwrap(),
             engine_config(&preset)
         );
-        let table: toml::Table = toml::from_str(concat!(
-            "interval_ms = 20\n",
-            "[policy.epoch]\nreuse_floor = true\n",
-            "[policy.benefit]\nmin_samples = 5\nmigrate_op_ns = 3000.0\n",
-        ))
+        let table = EngineTable::from_file(
+            Path::new("engine.toml"),
+            concat!(
+                "[engine]\ninterval_ms = 20\n",
+                "[engine.policy.epoch]\nreuse_floor = true\n",
+                "[engine.policy.benefit]\nmin_samples = 5\nmigrate_op_ns = 3000.0\n",
+            ),
+        )
+        .unwrap()
         .unwrap();
         let mut expected = engine_config(&preset);
         expected.engine.interval_ms = 20;
@@ -299,17 +279,5 @@ mod tests {
         expected.policy.benefit.min_samples = 5;
         expected.policy.benefit.migrate_op_ns = 3000.0;
         assert_eq!(engine_config_with(&preset, Some(&table)).unwrap(), expected);
-    }
-
-    #[test]
-    fn an_engine_table_with_unknown_keys_or_invalid_values_is_refused() {
-        let preset = PresetName::Pmem.preset();
-        let unknown: toml::Table = toml::from_str("[policy.epoch]\nnope = 1\n").unwrap();
-        let err = engine_config_with(&preset, Some(&unknown)).unwrap_err();
-        assert!(err.to_string().contains("nope"), "{err}");
-        let invalid: toml::Table =
-            toml::from_str("[policy.capacity]\nhigh_watermark = 2.0\n").unwrap();
-        let err = engine_config_with(&preset, Some(&invalid)).unwrap_err();
-        assert!(err.to_string().contains("high_watermark"), "{err}");
     }
 }

@@ -67,7 +67,7 @@ pub struct SimConfig {
     pub footprint: Option<Footprint>,
     /// Keys of an `[engine]` table laid over the engine configuration of the preset, for the
     /// policies that run memtide's engine ([`crate::policy::engine_config_with`]).
-    pub engine_overrides: Option<toml::Table>,
+    pub engine_overrides: Option<memtide_config::EngineTable>,
 }
 
 impl SimConfig {
