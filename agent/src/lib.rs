@@ -9,6 +9,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bpf;
+pub mod cpu_time;
 pub mod daemon;
 pub mod kube;
 pub mod metrics;

@@ -102,11 +102,8 @@ pub type CounterF64 = Counter<f64, AtomicU64>;
 /// how the agent measures what each of its parts costs (sampling, epoch steps, migration),
 /// whichever threads run them.
 pub fn charge_thread_cpu<T>(counter: &CounterF64, work: impl FnOnce() -> T) -> T {
-    let start = memtide_host::sys::process::thread_cpu_time().ok();
-    let result = work();
-    if let (Some(start), Ok(end)) = (start, memtide_host::sys::process::thread_cpu_time()) {
-        counter.inc_by(end.saturating_sub(start).as_secs_f64());
-    }
+    let (result, spent) = crate::cpu_time::thread_cpu_of(work);
+    counter.inc_by(spent.as_secs_f64());
     result
 }
 

@@ -34,6 +34,7 @@ use super::{
     target::{self, FastShares, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
 };
 use crate::{
+    cpu_time::CpuAccount,
     metrics::{Metrics, SourceReason},
     sources::{HotnessSource, SampleRoute, TargetChannel},
 };
@@ -70,6 +71,8 @@ pub(super) struct Agent {
     /// Route changes for the source's delivery task; `None` before it starts and after it ends.
     pub(super) routes: Option<mpsc::UnboundedSender<SampleRoute>>,
     pub(super) ingest_counters: Arc<IngestCounters>,
+    /// The sampling path's CPU time: the delivery task's and the targets' taking of samples.
+    pub(super) sampling_cpu: CpuAccount,
     pub(super) published: Published,
     /// The nodes and watermarks every target plans against, read once for all of them.
     pub(super) machine: Arc<SharedMachine>,
@@ -145,6 +148,7 @@ impl Agent {
             metrics: &self.metrics,
             source: self.source.as_deref(),
             ingest: &self.ingest_counters,
+            sampling_cpu: &self.sampling_cpu,
             observe_all: self.observe_all,
             slow_nodes: &self.tiered.classes.slow,
             root: &self.root,
@@ -184,6 +188,7 @@ impl Agent {
             machine: Arc::clone(&self.machine),
             limit: Arc::new(RwLock::new(self.limit_for(pid))),
             shares: Arc::clone(&self.shares),
+            sampling_cpu: self.sampling_cpu.clone(),
             quiet: self.observe_all,
         }
     }

@@ -38,6 +38,7 @@ use super::{
     status::AgentStatus,
 };
 use crate::{
+    cpu_time::CpuAccount,
     kube::PodLister,
     metrics::Metrics,
     sources::{Delivery, SampleRoute, SourceRequest, TargetChannel, TargetInput},
@@ -102,7 +103,7 @@ pub(super) async fn start(
     let sample_rate = agent.source.as_deref().and_then(|source| {
         SampleRate::new(
             source,
-            agent.metrics.sampling_cpu_seconds.clone(),
+            agent.sampling_cpu.clone(),
             agent.ingest_counters.decoded.load(Ordering::Relaxed),
         )
     });
@@ -256,6 +257,7 @@ async fn prepare(
         source_failure: None,
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),
+        sampling_cpu: CpuAccount::default(),
         published: Published::default(),
         machine: Arc::default(),
         shares: Arc::default(),
@@ -320,7 +322,7 @@ async fn start_source(
         counters: Arc::clone(&agent.ingest_counters),
         batch: agent.config.sources.batch,
         drain_every: agent.config.engine.engine.interval(),
-        cpu: agent.metrics.sampling_cpu_seconds.clone(),
+        cpu: agent.sampling_cpu.clone(),
     });
     agent.source = Some(source);
     let task = match delivery {

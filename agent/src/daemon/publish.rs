@@ -17,6 +17,7 @@ use memtide_host::{
 
 use super::{http::CpuMeter, status::AgentStatus};
 use crate::{
+    cpu_time::CpuAccount,
     metrics::{Metrics, NodeKind, NodeTier, ProgramLabel, SourceLabel, SourceReason},
     sources::HotnessSource,
 };
@@ -28,6 +29,8 @@ pub(super) struct Readings<'a> {
     /// A source samples (what `/readyz` answers).
     pub(super) source_running: bool,
     pub(super) ingest: &'a IngestCounters,
+    /// The sampling path's CPU time, mirrored into `memtide_sampling_cpu_seconds_total`.
+    pub(super) sampling_cpu: &'a CpuAccount,
     /// Every process is observed: the BPF filter is off, so nothing is unrouted.
     pub(super) observe_all: bool,
     pub(super) slow_nodes: &'a [u32],
@@ -44,6 +47,8 @@ pub(super) struct Published {
     bpf_nanos: BTreeMap<String, u128>,
     /// The HTTP server thread's CPU time, and what of it the metric has.
     http_cpu: Option<(CpuMeter, Duration)>,
+    /// What of the sampling path's CPU time the metric has.
+    sampling_cpu: Duration,
 }
 
 impl Published {
@@ -65,6 +70,11 @@ impl Published {
         self.publish_samples(r, kind);
         self.publish_drops(r, kind);
         self.publish_bpf_time(r);
+        let sampling_cpu = r.sampling_cpu.total();
+        r.metrics
+            .sampling_cpu_seconds
+            .inc_by(sampling_cpu.saturating_sub(self.sampling_cpu).as_secs_f64());
+        self.sampling_cpu = sampling_cpu.max(self.sampling_cpu);
         if let Some((meter, published)) = &mut self.http_cpu {
             let now = meter.get();
             r.metrics

@@ -2,9 +2,10 @@
 //! sample period of the running source (see `sources::perf::rate` for the control law).
 //!
 //! What counts is what the samples cost, nothing else: the CPU time of the agent's sampling
-//! path, measured on the threads that run it (`memtide_sampling_cpu_seconds_total`: the
-//! delivery task draining, decoding and routing, the targets' tasks taking samples into their
-//! engines), the BPF programs' run time, and a PMU's interrupts at their assumed cost. The rest
+//! path (the delivery task draining, decoding and routing, the targets' tasks taking samples
+//! into their engines), handed over by the threads that measured it as a [`CpuAccount`], not
+//! read back from `memtide_sampling_cpu_seconds_total`, which mirrors it; the BPF programs' run
+//! time, and a PMU's interrupts at their assumed cost. The rest
 //! of the agent's CPU does not follow the sample period, so slowing sampling down could not
 //! pay for it: the HTTP thread, the runtime's timers and wake-ups, and the targets' epoch
 //! steps (placement queries, plans, migrations), which have budgets of their own (the
@@ -15,7 +16,8 @@
 use std::time::{Duration, Instant};
 
 use crate::{
-    metrics::{CounterF64, Metrics, SourceLabel},
+    cpu_time::CpuAccount,
+    metrics::{Metrics, SourceLabel},
     sources::{
         HotnessSource,
         perf::rate::{Interval, RateController},
@@ -34,8 +36,8 @@ struct Reading {
 impl Reading {
     /// The sampling path's CPU time so far (`sampling`), the BPF programs' run time and the
     /// sample count, now.
-    fn take(source: &dyn HotnessSource, samples: u64, sampling: &CounterF64) -> Self {
-        let agent_cpu = Duration::try_from_secs_f64(sampling.get()).unwrap_or_default();
+    fn take(source: &dyn HotnessSource, samples: u64, sampling: &CpuAccount) -> Self {
+        let agent_cpu = sampling.total();
         let bpf_run = source
             .program_stats()
             .iter()
@@ -55,8 +57,8 @@ impl Reading {
 pub(super) struct SampleRate {
     controller: RateController,
     last: Reading,
-    /// The sampling path's CPU time (`memtide_sampling_cpu_seconds_total`).
-    sampling: CounterF64,
+    /// The sampling path's CPU time, as the threads that spent it measured it.
+    sampling: CpuAccount,
     /// What the kernel spends per sample outside the BPF programs, assumed (ns).
     interrupt_cost_ns: f64,
 }
@@ -69,12 +71,12 @@ fn interrupt_time(samples: u64, cost_ns: f64) -> Duration {
 }
 
 impl SampleRate {
-    /// A controller for `source` whose sampling path adds its CPU time to `sampling`, or
+    /// A controller for `source` whose sampling path charges its CPU time to `sampling`, or
     /// `None` when its period cannot change (DAMON) or its budget is 0 (meaning: keep the
     /// start-up period).
     pub(super) fn new(
         source: &dyn HotnessSource,
-        sampling: CounterF64,
+        sampling: CpuAccount,
         samples: u64,
     ) -> Option<Self> {
         let streams = source.sampling_streams();
@@ -224,8 +226,7 @@ mod tests {
             measured_ratios: vec![1.0, 7.5],
             ..Periodic::default()
         };
-        let mut rate =
-            SampleRate::new(&source, metrics.sampling_cpu_seconds.clone(), 0).expect("a budget");
+        let mut rate = SampleRate::new(&source, CpuAccount::default(), 0).expect("a budget");
         let exported = |metrics: &Metrics| {
             metrics
                 .store_period_ratio
@@ -248,22 +249,22 @@ mod tests {
     }
 
     /// The period changes after an interval in which `samples` samples came, the sampling
-    /// path spent `sampling` and the rest of the agent `elsewhere` (an epoch step's migration),
-    /// with interrupts costing `interrupt_cost_ns` each.
+    /// path spent `sampled` and the rest of the agent `elsewhere` (an epoch step's migration,
+    /// which its own metric counts), with interrupts costing `interrupt_cost_ns` each.
     fn changes_after(
         samples: u64,
-        sampling: Duration,
+        sampled: Duration,
         elsewhere: Duration,
         interrupt_cost_ns: f64,
     ) -> Vec<f64> {
         let metrics = Metrics::default();
+        let sampling = CpuAccount::default();
         let mut source = Periodic {
             interrupt_cost_ns,
             ..Periodic::default()
         };
-        let mut rate =
-            SampleRate::new(&source, metrics.sampling_cpu_seconds.clone(), 0).expect("a budget");
-        metrics.sampling_cpu_seconds.inc_by(sampling.as_secs_f64());
+        let mut rate = SampleRate::new(&source, sampling.clone(), 0).expect("a budget");
+        sampling.add(sampled);
         metrics.epoch_cpu_seconds.inc_by(elsewhere.as_secs_f64());
         // Some wall time for the interval to have a length.
         std::thread::sleep(Duration::from_millis(20));

@@ -9,7 +9,7 @@ use memtide_core::{
 };
 use tokio::sync::mpsc;
 
-use crate::metrics::CounterF64;
+use crate::cpu_time::CpuAccount;
 
 /// One delivery to a target's task.
 #[derive(Debug)]
@@ -59,6 +59,7 @@ pub struct Delivery {
     /// counting interval, so each sample counts in the interval it arrived in.
     pub drain_every: std::time::Duration,
     /// Where the delivery task adds the CPU time it spends draining, decoding and routing
-    /// (`memtide_sampling_cpu_seconds_total`): part of what samples cost the agent.
-    pub cpu: CounterF64,
+    /// (the sampling path's account, which the sample-rate controller reads and
+    /// `memtide_sampling_cpu_seconds_total` mirrors): part of what samples cost the agent.
+    pub cpu: CpuAccount,
 }

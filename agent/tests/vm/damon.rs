@@ -82,7 +82,7 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
                 counters: Arc::clone(&counters),
                 batch: 512,
                 drain_every: DRAIN_INTERVAL,
-                cpu: memtide::metrics::CounterF64::default(),
+                cpu: memtide::cpu_time::CpuAccount::default(),
             })
             .expect("start delivery");
 

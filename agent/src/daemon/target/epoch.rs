@@ -1,6 +1,7 @@
 //! One epoch of a target: where its pages are, what the epoch's accesses say by tier, the plan,
-//! and its execution (or, in observe mode, the moves it assumes). The outcome goes to `report`,
-//! which publishes it; nothing here touches metrics or status.
+//! and its execution (or, in observe mode, the moves it assumes). The outcome, with what the
+//! epoch measured on the way (its migration CPU, pages newly left alone), goes to `report`,
+//! which publishes it; nothing here touches metrics.
 
 use std::{
     collections::BTreeMap,
@@ -29,7 +30,7 @@ use super::{
     resident::Resident,
     views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
-use crate::metrics::charge_thread_cpu;
+use crate::cpu_time::thread_cpu_of;
 
 /// How long after a plan that moved nothing a target whose epochs see no samples plans again:
 /// its plan changes only as its hotness cools and as free memory changes, and a thousand idle
@@ -56,6 +57,32 @@ const QUIET_PLACEMENT_MAX_AGE: Duration = Duration::from_secs(600);
 pub(super) fn quiet_wait(quiet_plans: u32) -> Duration {
     let doublings = quiet_plans.saturating_sub(1).min(8);
     (IDLE_REPLAN * (1 << doublings)).min(IDLE_REPLAN_MAX)
+}
+
+/// One epoch: what it did, and what it measured on the way.
+#[derive(Debug)]
+pub(super) struct Epoch {
+    pub(super) outcome: EpochOutcome,
+    pub(super) measured: EpochMeasures,
+}
+
+/// What an epoch measured while it ran, handed to `report` as plain values.
+#[derive(Debug, Default)]
+pub(super) struct EpochMeasures {
+    /// CPU time of numa_maps reads, placement queries and migrations.
+    pub(super) migration_cpu: Duration,
+    /// Pages newly left alone, by reason.
+    pub(super) newly_skipped: BTreeMap<&'static str, u64>,
+}
+
+impl EpochMeasures {
+    /// Runs `work` (reading where pages are, or moving them) and adds its CPU time to the
+    /// migration CPU.
+    fn migration<T>(&mut self, work: impl FnOnce() -> T) -> T {
+        let (result, spent) = thread_cpu_of(work);
+        self.migration_cpu += spent;
+        result
+    }
 }
 
 /// What one epoch did.
@@ -102,22 +129,31 @@ impl State {
 
     /// Plans the epoch ending at `now` from what the target saw since the last one, and moves
     /// (or, observing, assumes) what the plan says.
-    pub(super) fn epoch(&mut self, now: Duration, input: &EpochInput) -> EpochOutcome {
+    pub(super) fn epoch(&mut self, now: Duration, input: &EpochInput) -> Epoch {
+        let mut measured = EpochMeasures::default();
+        let outcome = self.plan_and_move(now, input, &mut measured);
+        Epoch { outcome, measured }
+    }
+
+    fn plan_and_move(
+        &mut self,
+        now: Duration,
+        input: &EpochInput,
+        measured: &mut EpochMeasures,
+    ) -> EpochOutcome {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
         }
         let started = Instant::now();
-        let migration_cpu = self.migration_cpu.clone();
-        charge_thread_cpu(&migration_cpu, || self.refresh_resident(input));
-        let (queried_at, placement) =
-            match charge_thread_cpu(&migration_cpu, || self.placement(input)) {
-                Ok(found) => found,
-                Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
-                Err(error) => {
-                    self.remember_error(error.to_string());
-                    return EpochOutcome::NoPlacement;
-                }
-            };
+        measured.newly_skipped = measured.migration(|| self.refresh_resident(input));
+        let (queried_at, placement) = match measured.migration(|| self.placement(input)) {
+            Ok(found) => found,
+            Err(TargetError::Exited { .. }) => return EpochOutcome::Exited { executed: None },
+            Err(error) => {
+                self.remember_error(error.to_string());
+                return EpochOutcome::NoPlacement;
+            }
+        };
         let coverage = self.tiering.engine().config().hot_coverage;
         let before = tier_view(input, &placement, coverage);
         // The planner does not see what the application placed itself; the hit ratio does.
@@ -138,7 +174,7 @@ impl State {
         } else if let Some(nodes) = self.spec.nodes
             && !plan.moves.is_empty()
         {
-            match charge_thread_cpu(&migration_cpu, || self.execute(&plan, nodes)) {
+            match measured.migration(|| self.execute(&plan, nodes)) {
                 Ok(report) if report.aborted.is_some() => {
                     return EpochOutcome::Exited {
                         executed: Some(Box::new(report)),
@@ -162,10 +198,9 @@ impl State {
         let (placement, after, queried_at) = if moved {
             let ranges: Vec<(u64, u64)> = placement.queried().collect();
             let thp = self.spec.machine.read(&self.spec.root).thp;
-            let placement = charge_thread_cpu(&migration_cpu, || {
-                query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges)
-            })
-            .unwrap_or(placement);
+            let placement = measured
+                .migration(|| query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges))
+                .unwrap_or(placement);
             let after = tier_view(input, &placement, coverage);
             (placement, after, Instant::now())
         } else {
@@ -273,22 +308,22 @@ impl State {
     /// Reads numa_maps again once the last reading is older than the placement may be (or,
     /// where reading it is costly, than keeps that cost to a share of the time:
     /// `Resident::read_interval`): the managed bytes and the mappings to leave alone.
-    /// Mappings newly left alone are counted, and the cached placement, which the planner
-    /// would see them in, is dropped.
-    fn refresh_resident(&mut self, input: &EpochInput) {
+    /// Returns the pages of mappings newly left alone, by reason, and drops the cached
+    /// placement, which the planner would see them in.
+    fn refresh_resident(&mut self, input: &EpochInput) -> BTreeMap<&'static str, u64> {
         let max_age = self.placement_max_age(input);
         if self
             .resident
             .as_ref()
             .is_some_and(|resident| resident.read_at.elapsed() < resident.read_interval(max_age))
         {
-            return;
+            return BTreeMap::new();
         }
         // CPU time, not wall time: a read that waited (preempted, or on the target's mmap
         // lock) must not push the next one out.
         let started = process::thread_cpu_time().ok();
         let Ok(maps) = self.target.numa_maps() else {
-            return;
+            return BTreeMap::new();
         };
         let mut fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
         // smaps walks the page tables: read it only when something is locked.
@@ -304,10 +339,8 @@ impl State {
         if !newly.is_empty() {
             self.placement = None;
         }
-        for (why, pages) in newly {
-            *self.skipped_pages.entry(why).or_insert(0) += pages;
-        }
         self.resident = Some(fresh);
+        newly
     }
 
     /// Bytes of the target on the fast and on the slow nodes: numa_maps' last reading, moved

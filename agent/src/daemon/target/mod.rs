@@ -47,7 +47,8 @@ use self::{
 pub use self::{machine::SharedMachine, shares::FastShares};
 use super::status::{AgentStatus, TargetStatus};
 use crate::{
-    metrics::{CounterF64, Metrics, charge_thread_cpu},
+    cpu_time::CpuAccount,
+    metrics::{Metrics, charge_thread_cpu},
     sources::TargetInput,
 };
 
@@ -84,6 +85,8 @@ pub struct TargetSpec {
     /// The fast tier's division between all targets.
     pub shares: Arc<FastShares>,
     pub root: HostRoot,
+    /// Where taking samples into the engine charges its CPU time (the sampling path's).
+    pub sampling_cpu: CpuAccount,
     /// Observing every process: the target's exit is logged at DEBUG, not INFO (a busy
     /// machine starts and ends processes all the time, and none of them was asked for).
     pub quiet: bool,
@@ -118,8 +121,6 @@ struct State {
     resident: Option<resident::Resident>,
     /// The ranges of the mappings left alone, as of the last placement query.
     left_alone: Vec<(u64, u64)>,
-    /// Pages newly left alone, by reason, not yet counted in the metric.
-    skipped_pages: std::collections::BTreeMap<&'static str, u64>,
     /// When the last plan was made (agent clock), and whether it moved anything.
     last_plan_at: Option<Duration>,
     last_plan_moved: bool,
@@ -142,8 +143,6 @@ struct State {
     samples_published: u64,
     /// Observe mode: where the plans so far would have put memory.
     assumed: Assumed,
-    /// CPU seconds of placement queries and migrations (`memtide_migration_cpu_seconds_total`).
-    migration_cpu: CounterF64,
 }
 
 impl State {
@@ -240,7 +239,6 @@ pub fn spawn(
         sweep: query::Sweep::default(),
         resident: None,
         left_alone: Vec::new(),
-        skipped_pages: std::collections::BTreeMap::new(),
         last_plan_at: None,
         last_plan_moved: false,
         quiet_plans: 0,
@@ -252,7 +250,6 @@ pub fn spawn(
         density: density::SampleDensity::default(),
         samples_published: 0,
         assumed: Assumed::default(),
-        migration_cpu: metrics.migration_cpu_seconds.clone(),
     };
     let task = tokio::spawn(run(state, input_rx, origin, metrics, status));
     Ok(TargetHandle { input, task, limit })
@@ -291,6 +288,7 @@ async fn run(
     let pid = state.spec.pid;
     // The state is lost if an epoch step panics; the target must still leave the shares.
     let shares = Arc::clone(&state.spec.shares);
+    let sampling_cpu = state.spec.sampling_cpu.clone();
     let mut epoch_input = EpochInput::default();
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
@@ -314,7 +312,7 @@ async fn run(
                     break;
                 };
                 let now = origin.elapsed();
-                charge_thread_cpu(&metrics.sampling_cpu_seconds, || {
+                sampling_cpu.charge(|| {
                     state.take(input, &mut epoch_input, now);
                 });
                 // The first samples after a quiet spell longer than an epoch open an epoch:
@@ -333,9 +331,9 @@ async fn run(
                 let joined = tokio::task::spawn_blocking(move || {
                     // Its own counter: the sampling budget charges only what samples cost.
                     charge_thread_cpu(&step_metrics.epoch_cpu_seconds.clone(), || {
-                        let outcome = state.epoch(now, &seen);
-                        state.report(now, &outcome, &step_metrics);
-                        (state, outcome, seen)
+                        let epoch = state.epoch(now, &seen);
+                        state.report(now, &epoch, &step_metrics);
+                        (state, epoch.outcome, seen)
                     })
                 })
                 .await;

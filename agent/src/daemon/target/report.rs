@@ -9,15 +9,16 @@ use memtide_host::exec::{DirectionReport, ExecReport};
 
 use super::{
     State, density,
-    epoch::{EpochOutcome, Planned},
+    epoch::{Epoch, EpochOutcome, Planned},
 };
 use crate::metrics::{
     Metrics, Migrated, PageResult, Reason, TargetDirection, TargetLabel, TargetTier,
 };
 
 impl State {
-    /// Publishes `outcome`, the epoch ending at `now`, to `metrics` and the target's status.
-    pub(super) fn report(&mut self, now: Duration, outcome: &EpochOutcome, metrics: &Metrics) {
+    /// Publishes `epoch`, the one ending at `now`, to `metrics` and the target's status.
+    pub(super) fn report(&mut self, now: Duration, epoch: &Epoch, metrics: &Metrics) {
+        let outcome = &epoch.outcome;
         if !matches!(outcome, EpochOutcome::Exited { .. }) {
             self.report_density(now, metrics);
         }
@@ -37,7 +38,10 @@ impl State {
             EpochOutcome::NoPlacement => {}
             EpochOutcome::Planned(planned) => self.report_planned(planned, metrics),
         }
-        for (why, pages) in std::mem::take(&mut self.skipped_pages) {
+        metrics
+            .migration_cpu_seconds
+            .inc_by(epoch.measured.migration_cpu.as_secs_f64());
+        for (&why, &pages) in &epoch.measured.newly_skipped {
             metrics
                 .pages_skipped
                 .get_or_create(&Reason {

@@ -429,6 +429,7 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
         limit: Arc::default(),
         shares: Arc::default(),
         root: HostRoot::default(),
+        sampling_cpu: CpuAccount::default(),
         quiet: false,
     };
     let status = Arc::new(RwLock::new(AgentStatus::default()));

@@ -7,7 +7,7 @@ use memtide_host::sys::async_fd;
 use tokio::{sync::mpsc, task::JoinHandle};
 
 use crate::{
-    metrics::{CounterF64, charge_thread_cpu},
+    cpu_time::CpuAccount,
     sources::{Delivery, SampleRoute, SampleRouter},
 };
 
@@ -47,7 +47,7 @@ pub async fn run_sample_ring(
     control: mpsc::UnboundedReceiver<SampleRoute>,
     drain_every: std::time::Duration,
 ) -> std::io::Result<SampleRouter> {
-    drain_sample_ring(ring, router, control, drain_every, &CounterF64::default()).await
+    drain_sample_ring(ring, router, control, drain_every, &CpuAccount::default()).await
 }
 
 /// [`run_sample_ring`], adding the CPU time of each drain (decode and route) to `cpu`: the
@@ -57,10 +57,10 @@ async fn drain_sample_ring(
     mut router: SampleRouter,
     mut control: mpsc::UnboundedReceiver<SampleRoute>,
     drain_every: std::time::Duration,
-    cpu: &CounterF64,
+    cpu: &CpuAccount,
 ) -> std::io::Result<SampleRouter> {
     let drain_charged = |ring: &mut RingBuf<MapData>, router: &mut SampleRouter| {
-        charge_thread_cpu(cpu, || drain(ring, router));
+        cpu.charge(|| drain(ring, router));
     };
     let mut ring = async_fd::register_readable(ring)?;
     // The BPF side wakes us only when an eighth of the ring is full; the timer picks up the

@@ -1,0 +1,62 @@
+//! CPU time the agent measures on its own threads, kept as plain values: the sample-rate
+//! controller reads what the sampling path spent from the code that measured it, and the
+//! metrics mirror these values; nothing that controls the agent reads a metric back.
+
+use std::{
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::Duration,
+};
+
+/// Runs `work` and returns, with its result, the CPU time the calling thread spent in it
+/// (zero where the thread's CPU clock cannot be read).
+pub fn thread_cpu_of<T>(work: impl FnOnce() -> T) -> (T, Duration) {
+    let start = memtide_host::sys::process::thread_cpu_time().ok();
+    let result = work();
+    let spent = match (start, memtide_host::sys::process::thread_cpu_time()) {
+        (Some(start), Ok(end)) => end.saturating_sub(start),
+        _ => Duration::ZERO,
+    };
+    (result, spent)
+}
+
+/// CPU time several threads add to (the sampling path: the delivery task and every target's
+/// task taking samples). Cheap to clone; the clones share one total.
+#[derive(Clone, Debug, Default)]
+pub struct CpuAccount(Arc<AtomicU64>);
+
+impl CpuAccount {
+    /// Everything charged so far.
+    #[must_use]
+    pub fn total(&self) -> Duration {
+        Duration::from_nanos(self.0.load(Ordering::Relaxed))
+    }
+
+    pub fn add(&self, spent: Duration) {
+        let nanos = u64::try_from(spent.as_nanos()).unwrap_or(u64::MAX);
+        self.0.fetch_add(nanos, Ordering::Relaxed);
+    }
+
+    /// Runs `work` and charges the CPU time the calling thread spent in it.
+    pub fn charge<T>(&self, work: impl FnOnce() -> T) -> T {
+        let (result, spent) = thread_cpu_of(work);
+        self.add(spent);
+        result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn clones_add_to_one_total() {
+        let account = CpuAccount::default();
+        let other = account.clone();
+        account.add(Duration::from_millis(3));
+        other.add(Duration::from_micros(500));
+        assert_eq!(account.total(), Duration::from_micros(3_500));
+    }
+}
