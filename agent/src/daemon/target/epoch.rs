@@ -123,8 +123,8 @@ impl State {
     /// at its epoch, as any target). Until then the last plan still stands, so the task does
     /// not wake at all.
     pub(super) fn idle_until(&self) -> Option<Duration> {
-        let at = self.last_plan_at?;
-        (!self.last_plan_moved).then_some(at + quiet_wait(self.quiet_plans))
+        let at = self.planning.last_plan_at?;
+        (!self.planning.last_plan_moved).then_some(at + quiet_wait(self.planning.quiet_plans))
     }
 
     /// Plans the epoch ending at `now` from what the target saw since the last one, and moves
@@ -157,14 +157,15 @@ impl State {
         let coverage = self.tiering.engine().config().hot_coverage;
         let before = tier_view(input, &placement, coverage);
         // The planner does not see what the application placed itself; the hit ratio does.
-        let plan = match placement.without(&self.left_alone) {
+        let plan = match placement.without(&self.planning.left_alone) {
             Some(masked) => self.plan(now, &masked),
             None => self.plan(now, &placement),
         };
         // What deciding cost (where the pages are, and the plan), not the moves: those the
         // migration budget bounds. Worked out once here, not at every input the task takes.
         let took = started.elapsed();
-        self.plan_budget
+        self.planning
+            .plan_budget
             .charge(now, took, self.spec.shares.tenants());
         self.log_plan(&plan, input, took);
         let observed = self.observing() || self.spec.nodes.is_none();
@@ -184,11 +185,11 @@ impl State {
                 Err(error) => self.remember_error(error),
             }
         }
-        self.homes.age();
-        self.last_plan_at = Some(now);
-        self.last_plan_moved = !plan.moves.is_empty();
-        self.quiet_plans = match input.is_empty() && !self.last_plan_moved {
-            true => self.quiet_plans.saturating_add(1),
+        self.planning.homes.age();
+        self.planning.last_plan_at = Some(now);
+        self.planning.last_plan_moved = !plan.moves.is_empty();
+        self.planning.quiet_plans = match input.is_empty() && !self.planning.last_plan_moved {
+            true => self.planning.quiet_plans.saturating_add(1),
             false => 0,
         };
         // After the moves: the placement is queried again only if pages moved.
@@ -211,7 +212,7 @@ impl State {
             self.spec.machine.expire();
             self.spec.shares.held(self.spec.pid, managed[0].1);
         }
-        self.placement = Some((queried_at, placement));
+        self.planning.placement = Some((queried_at, placement));
         EpochOutcome::Planned(Box::new(Planned {
             before,
             after,
@@ -240,7 +241,7 @@ impl State {
             would_promote = plan.would_promote_bytes,
             would_demote = plan.would_demote_bytes,
             room = plan.promote_room,
-            share = ?self.share.bytes,
+            share = ?self.planning.share.bytes,
             budget = plan.promote_budget,
             granularity = plan.granularity.bytes(),
             threshold_ns = plan.benefit_threshold_ns,
@@ -257,7 +258,7 @@ impl State {
 
     /// How old a placement query may be for this epoch's plan.
     fn placement_max_age(&self, input: &EpochInput) -> Duration {
-        match input.is_empty() && !self.last_plan_moved {
+        match input.is_empty() && !self.planning.last_plan_moved {
             true => QUIET_PLACEMENT_MAX_AGE,
             false => PLACEMENT_MAX_AGE,
         }
@@ -266,7 +267,7 @@ impl State {
     /// Where the target's pages are: the cached query while it is young and knows the pages
     /// sampled this epoch, else a new one.
     fn placement(&mut self, input: &EpochInput) -> Result<(Instant, TierPlacement), TargetError> {
-        match self.placement.take() {
+        match self.planning.placement.take() {
             Some((at, placement))
                 if at.elapsed() < self.placement_max_age(input)
                     && knows_sampled_pages(&placement, input) =>
@@ -281,7 +282,8 @@ impl State {
                     .filter(|m| m.is_migratable())
                     .map(|m| (m.start, m.end))
                     .collect();
-                self.left_alone = self
+                self.planning.left_alone = self
+                    .planning
                     .resident
                     .as_ref()
                     .map(|resident| resident.ranges_left_alone(&migratable))
@@ -293,7 +295,7 @@ impl State {
                     view.stage2_superpage_starts(),
                     input.pages.iter().map(|sample| sample.addr),
                     view.tracked_superpages(),
-                    &mut self.sweep,
+                    &mut self.planning.sweep,
                     QUERY_BUDGET_PAGES,
                 );
                 let thp = self.spec.machine.read(&self.spec.root).thp;
@@ -313,6 +315,7 @@ impl State {
     fn refresh_resident(&mut self, input: &EpochInput) -> BTreeMap<&'static str, u64> {
         let max_age = self.placement_max_age(input);
         if self
+            .planning
             .resident
             .as_ref()
             .is_some_and(|resident| resident.read_at.elapsed() < resident.read_interval(max_age))
@@ -335,21 +338,21 @@ impl State {
         if let (Some(started), Ok(now)) = (started, process::thread_cpu_time()) {
             fresh.read_cost = now.saturating_sub(started);
         }
-        let newly = fresh.newly_left_alone(self.resident.as_ref());
+        let newly = fresh.newly_left_alone(self.planning.resident.as_ref());
         if !newly.is_empty() {
-            self.placement = None;
+            self.planning.placement = None;
         }
-        self.resident = Some(fresh);
+        self.planning.resident = Some(fresh);
         newly
     }
 
     /// Bytes of the target on the fast and on the slow nodes: numa_maps' last reading, moved
     /// by what the executor moved since.
     fn managed(&mut self, executed: Option<&ExecReport>) -> [(&'static str, u64); 2] {
-        if let (Some(resident), Some(report)) = (self.resident.as_mut(), executed) {
+        if let (Some(resident), Some(report)) = (self.planning.resident.as_mut(), executed) {
             resident.moved(report);
         }
-        let [fast, slow] = self.resident.as_ref().map_or([0, 0], |r| r.bytes);
+        let [fast, slow] = self.planning.resident.as_ref().map_or([0, 0], |r| r.bytes);
         [("fast", fast), ("slow", slow)]
     }
 
@@ -369,20 +372,20 @@ impl State {
         let observing = self.observing() || self.spec.nodes.is_none();
         if !observing {
             // Migrating (again): what is real is what counts.
-            self.assumed.ranges.clear();
-            self.assumed.net_promoted_bytes = 0;
+            self.planning.assumed.ranges.clear();
+            self.planning.assumed.net_promoted_bytes = 0;
         }
         capacity.share = self.fast_share(&capacity);
-        let plan = if observing && !self.assumed.ranges.is_empty() {
+        let plan = if observing && !self.planning.assumed.ranges.is_empty() {
             let view = AssumedView {
                 real: placement,
-                assumed: &self.assumed,
+                assumed: &self.planning.assumed,
             };
             self.tiering.plan(now, &view, &capacity)
         } else {
             self.tiering.plan(now, placement, &capacity)
         };
-        self.last_would_promote = plan.would_promote_bytes;
+        self.planning.last_would_promote = plan.would_promote_bytes;
         plan
     }
 
@@ -392,17 +395,17 @@ impl State {
         // Observe mode plans against the moves it assumed: so does the share.
         let held = self
             .fast_held()
-            .saturating_add_signed(self.assumed.net_promoted_bytes);
+            .saturating_add_signed(self.planning.assumed.net_promoted_bytes);
         let limit = self
             .limit()
             .map(|limit| limit.amount.bytes(capacity.fast_total_bytes));
         let room = self.spec.tiering.policy.capacity.promote_room(capacity);
-        let want = held.saturating_add(self.last_would_promote);
-        self.share = self
+        let want = held.saturating_add(self.planning.last_would_promote);
+        self.planning.share = self
             .spec
             .shares
             .share(self.spec.pid, limit, held, want, room);
-        self.share.bytes.map(|limit_bytes| FastShare {
+        self.planning.share.bytes.map(|limit_bytes| FastShare {
             limit_bytes,
             held_bytes: held,
         })
@@ -411,7 +414,8 @@ impl State {
     /// Bytes of the target on the fast nodes: numa_maps' last reading, moved by what memtide
     /// moved since.
     fn fast_held(&self) -> u64 {
-        self.resident
+        self.planning
+            .resident
             .as_ref()
             .map_or(0, |resident| resident.bytes[0])
     }
@@ -420,9 +424,10 @@ impl State {
     fn assume(&mut self, plan: &Plan) {
         let net = i64::try_from(plan.promote_bytes).unwrap_or(i64::MAX)
             - i64::try_from(plan.demote_bytes).unwrap_or(i64::MAX);
-        self.assumed.net_promoted_bytes = self.assumed.net_promoted_bytes.saturating_add(net);
+        self.planning.assumed.net_promoted_bytes =
+            self.planning.assumed.net_promoted_bytes.saturating_add(net);
         for planned in &plan.moves {
-            self.assumed.record(
+            self.planning.assumed.record(
                 planned.start,
                 planned.start + planned.len,
                 planned.direction == Direction::Promote,
@@ -455,14 +460,16 @@ impl State {
                 (node.id, room)
             })
             .collect();
-        self.homes.requests(plan, locality, fallback, slow_room)
+        self.planning
+            .homes
+            .requests(plan, locality, fallback, slow_room)
     }
 
     fn execute(&mut self, plan: &Plan, nodes: TierNodes) -> Result<ExecReport, String> {
         let requests = self.requests(plan, nodes);
         let mut backend =
             KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
-        let Some(share) = self.share.bytes else {
+        let Some(share) = self.planning.share.bytes else {
             return self
                 .executor
                 .execute(&mut backend, &requests, Instant::now())

@@ -106,13 +106,21 @@ impl std::fmt::Display for AppliedLimit {
     }
 }
 
-/// The state moved between the async loop and the blocking epoch step.
+/// The state moved between the async loop and the blocking epoch step: the target and its
+/// engine, what planning remembers from epoch to epoch, and what reporting has published.
 struct State {
     spec: TargetSpec,
     target: Target,
     tiering: Tiering,
     executor: Executor,
     status: TargetStatus,
+    planning: Planning,
+    reported: Reported,
+}
+
+/// What the epochs' plans remember from one to the next.
+#[derive(Default)]
+struct Planning {
     /// The last placement query and when it ran.
     placement: Option<(Instant, TierPlacement)>,
     /// Where the placement queries' sweep over the target goes on from.
@@ -135,14 +143,20 @@ struct State {
     share: shares::Share,
     /// Where each recently sampled superpage is accessed from (with a `locality`).
     homes: homes::Homes,
+    /// Observe mode: where the plans so far would have put memory.
+    assumed: Assumed,
+}
+
+/// What the reports have already counted into the target's metrics, and the density they
+/// derive from the samples.
+#[derive(Default)]
+struct Reported {
     /// `untracked_samples` already counted in the metric.
     untracked_published: u64,
     /// The target's samples per second, for its status and metrics.
     density: density::SampleDensity,
     /// `status.samples` already counted in `memtide_target_samples_total`.
     samples_published: u64,
-    /// Observe mode: where the plans so far would have put memory.
-    assumed: Assumed,
 }
 
 impl State {
@@ -176,7 +190,7 @@ impl State {
                 if let Some(locality) = &self.spec.locality {
                     for record in batch.iter() {
                         if let Some(node) = locality.node_of_cpu(record.cpu) {
-                            self.homes.record(record.addr, node);
+                            self.planning.homes.record(record.addr, node);
                         }
                     }
                 }
@@ -235,21 +249,8 @@ pub fn spawn(
         target,
         tiering,
         executor,
-        placement: None,
-        sweep: query::Sweep::default(),
-        resident: None,
-        left_alone: Vec::new(),
-        last_plan_at: None,
-        last_plan_moved: false,
-        quiet_plans: 0,
-        plan_budget: plan_budget::PlanBudget::default(),
-        last_would_promote: 0,
-        share: shares::Share::default(),
-        homes: homes::Homes::default(),
-        untracked_published: 0,
-        density: density::SampleDensity::default(),
-        samples_published: 0,
-        assumed: Assumed::default(),
+        planning: Planning::default(),
+        reported: Reported::default(),
     };
     let task = tokio::spawn(run(state, input_rx, origin, metrics, status));
     Ok(TargetHandle { input, task, limit })
@@ -293,11 +294,12 @@ async fn run(
     publish(&status, &state.status);
     // The first plan comes one epoch after the target was found, not after agent start.
     let found = origin.elapsed();
-    state.density = density::SampleDensity::starting_at(found);
+    state.reported.density = density::SampleDensity::starting_at(found);
     // An epoch step that fails before planning must still wait an epoch before the next try.
     let mut last_step: Option<Duration> = None;
     loop {
         let due = state
+            .planning
             .plan_budget
             .plan_due(state.tiering.next_plan_due(found));
         let due = last_step.map_or(due, |last| due.max(last + state.tiering.epoch()));

@@ -134,9 +134,9 @@ impl State {
         metrics
             .target_samples
             .get_or_create(&label)
-            .inc_by(samples.saturating_sub(self.samples_published));
-        self.samples_published = samples;
-        let Some(per_second) = self.density.update(now, samples) else {
+            .inc_by(samples.saturating_sub(self.reported.samples_published));
+        self.reported.samples_published = samples;
+        let Some(per_second) = self.reported.density.update(now, samples) else {
             return;
         };
         let resident = self.status.managed_bytes.values().sum();
@@ -165,15 +165,15 @@ impl State {
         let label = TargetLabel {
             target: self.spec.label.clone(),
         };
-        self.status.fast_share_bytes = self.share.bytes;
-        self.status.fast_share_reason = match (self.share.bytes, self.limit()) {
+        self.status.fast_share_bytes = self.planning.share.bytes;
+        self.status.fast_share_reason = match (self.planning.share.bytes, self.limit()) {
             (None, _) => None,
-            (Some(_), Some(limit)) if !self.share.fair => {
+            (Some(_), Some(limit)) if !self.planning.share.fair => {
                 Some(format!("limit ({})", limit.matched))
             }
             (Some(_), _) => Some("fair share".to_owned()),
         };
-        match self.share.bytes {
+        match self.planning.share.bytes {
             Some(bytes) => {
                 metrics
                     .fast_share_bytes
@@ -206,18 +206,18 @@ impl State {
     /// Samples the engine left out at its superpage cap, counted once each.
     fn report_untracked(&mut self, planned: &Planned, metrics: &Metrics) {
         let total = planned.stats.untracked_samples;
-        let untracked = total.saturating_sub(self.untracked_published);
+        let untracked = total.saturating_sub(self.reported.untracked_published);
         if untracked == 0 {
             return;
         }
-        if self.untracked_published == 0 {
+        if self.reported.untracked_published == 0 {
             tracing::warn!(
                 pid = self.spec.pid,
                 max = self.tiering.engine().config().max_superpages,
                 "engine at [engine] max_superpages; samples of new superpages are left out (memtide_engine_untracked_samples_total)"
             );
         }
-        self.untracked_published = total;
+        self.reported.untracked_published = total;
         metrics
             .engine_untracked_samples
             .get_or_create(&TargetLabel {
