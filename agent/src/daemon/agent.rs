@@ -39,30 +39,22 @@ use crate::{
     sources::{HotnessSource, SampleRoute, TargetChannel},
 };
 
+/// The agent's state between events, in the parts its methods work on: the machine it
+/// tiers, the targets it follows, the source that samples them, and what it publishes.
 pub(super) struct Agent {
     pub(super) config: Config,
     pub(super) config_path: Option<PathBuf>,
     pub(super) root: HostRoot,
     pub(super) origin: Instant,
-    pub(super) tiered: TieredTopology,
-    /// Notices nodes coming and going (memory hotplug).
-    pub(super) hotplug: HotplugWatch,
+    pub(super) machine: MachineView,
     pub(super) observe_reason: Option<String>,
     /// The same reason, shared with every target task.
     pub(super) observe_switch: ObserveSwitch,
     /// What `--pid`, `--cgroup` and `--observe` added; kept across reloads.
     pub(super) command_line: RunOptions,
-    pub(super) metrics: Metrics,
-    pub(super) status: Arc<RwLock<AgentStatus>>,
-    pub(super) selection: Selection,
-    /// The opted-in pods of this node (`[targets] pod_selector`), added to `selection`.
-    pub(super) pods: Option<PodWatch>,
+    pub(super) publishing: Publishing,
+    pub(super) targets: Targets,
     pub(super) observe_all: bool,
-    pub(super) target_set: TargetSet,
-    pub(super) targets: BTreeMap<u32, TargetHandle>,
-    pub(super) skipped_targets: u64,
-    /// Selector failures last logged (logged again only when they change).
-    pub(super) selector_problems: Vec<String>,
     pub(super) source: Option<Box<dyn HotnessSource>>,
     /// Why no source runs, when none could start.
     pub(super) source_failure: Option<String>,
@@ -73,11 +65,36 @@ pub(super) struct Agent {
     pub(super) ingest_counters: Arc<IngestCounters>,
     /// The sampling path's CPU time: the delivery task's and the targets' taking of samples.
     pub(super) sampling_cpu: CpuAccount,
-    pub(super) published: Published,
+}
+
+/// The machine as the agent tiers it.
+pub(super) struct MachineView {
+    pub(super) tiered: TieredTopology,
+    /// Notices nodes coming and going (memory hotplug).
+    pub(super) hotplug: HotplugWatch,
     /// The nodes and watermarks every target plans against, read once for all of them.
-    pub(super) machine: Arc<SharedMachine>,
+    pub(super) shared: Arc<SharedMachine>,
     /// The fast tier's division between the targets.
     pub(super) shares: Arc<FastShares>,
+}
+
+/// The targets the agent follows: what selects them, and their running tasks.
+pub(super) struct Targets {
+    pub(super) selection: Selection,
+    /// The opted-in pods of this node (`[targets] pod_selector`), added to `selection`.
+    pub(super) pods: Option<PodWatch>,
+    pub(super) set: TargetSet,
+    pub(super) handles: BTreeMap<u32, TargetHandle>,
+    pub(super) skipped: u64,
+    /// Selector failures last logged (logged again only when they change).
+    pub(super) selector_problems: Vec<String>,
+}
+
+/// Where the agent publishes: its metrics, its `/status`, and what the metrics already have.
+pub(super) struct Publishing {
+    pub(super) metrics: Metrics,
+    pub(super) status: Arc<RwLock<AgentStatus>>,
+    pub(super) published: Published,
 }
 
 /// How the hotness source learns a changed target list.
@@ -137,7 +154,7 @@ impl Agent {
     /// What accessing each node costs: `[[topology.costs]]`, else HMAT, else SLIT (the model in
     /// `memtide_host::topology::costs`).
     pub(super) fn node_costs(&self) -> BTreeMap<u32, NodeCost> {
-        node_costs(&self.config, &self.tiered)
+        node_costs(&self.config, &self.machine.tiered)
     }
 
     /// Publishes the agent-wide metrics (`publish`), once a second.
@@ -145,23 +162,23 @@ impl Agent {
         let readings = Readings {
             source_running: self.not_ready().is_none(),
             node_costs: self.node_costs(),
-            metrics: &self.metrics,
+            metrics: &self.publishing.metrics,
             source: self.source.as_deref(),
             ingest: &self.ingest_counters,
             sampling_cpu: &self.sampling_cpu,
             observe_all: self.observe_all,
-            slow_nodes: &self.tiered.classes.slow,
+            slow_nodes: &self.machine.tiered.classes.slow,
             root: &self.root,
-            status: &self.status,
+            status: &self.publishing.status,
         };
-        self.published.publish(&readings);
+        self.publishing.published.publish(&readings);
     }
 
     fn target_spec(&self, pid: u32) -> TargetSpec {
-        let classes = &self.tiered.classes;
+        let classes = &self.machine.tiered.classes;
         let nodes = classes
-            .best_node(&self.tiered.topology, true)
-            .zip(classes.best_node(&self.tiered.topology, false))
+            .best_node(&self.machine.tiered.topology, true)
+            .zip(classes.best_node(&self.machine.tiered.topology, false))
             .map(|(fast, slow)| TierNodes { fast, slow });
         let costs = self.node_costs();
         let tier_cost = |node: Option<u32>| {
@@ -181,13 +198,13 @@ impl Agent {
                 tier_cost(nodes.map(|n| n.slow)),
             ],
             locality: nodes
-                .and_then(|nodes| Locality::new(&self.tiered, nodes))
+                .and_then(|nodes| Locality::new(&self.machine.tiered, nodes))
                 .map(Arc::new),
             nodes,
             root: self.root.clone(),
-            machine: Arc::clone(&self.machine),
+            machine: Arc::clone(&self.machine.shared),
             limit: Arc::new(RwLock::new(self.limit_for(pid))),
-            shares: Arc::clone(&self.shares),
+            shares: Arc::clone(&self.machine.shares),
             sampling_cpu: self.sampling_cpu.clone(),
             quiet: self.observe_all,
         }
@@ -195,13 +212,13 @@ impl Agent {
 
     /// The `[[targets.limits]]` table that applies to `pid` now.
     fn limit_for(&self, pid: u32) -> Option<target::AppliedLimit> {
-        let pods = self.pods.as_ref().map_or(&[][..], PodWatch::pods);
+        let pods = self.targets.pods.as_ref().map_or(&[][..], PodWatch::pods);
         limit_for(&self.root, pid, &self.config.targets.limits, pods)
     }
 
     /// Matches every running target against the limits again (after a reload).
     fn update_limits(&self) {
-        for (&pid, handle) in &self.targets {
+        for (&pid, handle) in &self.targets.handles {
             let limit = self.limit_for(pid);
             let mut current = match handle.limit.write() {
                 Ok(guard) => guard,
@@ -247,7 +264,8 @@ impl Agent {
 
     /// `memtide_targets_refused_total{reason}`, one more.
     fn count_refusal(&self, reason: &str) {
-        self.metrics
+        self.publishing
+            .metrics
             .targets_refused
             .get_or_create(&crate::metrics::Reason {
                 reason: reason.to_owned(),
@@ -270,11 +288,11 @@ impl Agent {
 
     /// Starts managing `pid`; false when the target limit is reached or it cannot be opened.
     pub(super) fn add_target(&mut self, pid: u32) -> bool {
-        if self.targets.contains_key(&pid) {
+        if self.targets.handles.contains_key(&pid) {
             return true;
         }
-        if self.targets.len() >= self.config.targets.max_targets {
-            self.skipped_targets += 1;
+        if self.targets.handles.len() >= self.config.targets.max_targets {
+            self.targets.skipped += 1;
             // Observing every process, a busy machine always has more than the limit: not the
             // refusal of a target someone chose.
             self.count_refusal(if self.observe_all {
@@ -282,11 +300,11 @@ impl Agent {
             } else {
                 "max_targets"
             });
-            if self.skipped_targets.is_power_of_two() {
+            if self.targets.skipped.is_power_of_two() {
                 tracing::warn!(
                     pid,
                     max = self.config.targets.max_targets,
-                    skipped = self.skipped_targets,
+                    skipped = self.targets.skipped,
                     "target limit reached ([targets] max_targets); process not managed"
                 );
             }
@@ -298,8 +316,8 @@ impl Agent {
             spec,
             self.config.sources.queue_batches,
             self.origin,
-            self.metrics.clone(),
-            Arc::clone(&self.status),
+            self.publishing.metrics.clone(),
+            Arc::clone(&self.publishing.status),
         ) {
             Ok(handle) => {
                 self.route(SampleRoute::Add {
@@ -316,7 +334,7 @@ impl Agent {
                 } else {
                     tracing::info!(pid, target = %label, limit, "managing target");
                 }
-                self.targets.insert(pid, handle);
+                self.targets.handles.insert(pid, handle);
                 true
             }
             Err(error) => {
@@ -327,7 +345,7 @@ impl Agent {
     }
 
     pub(super) fn remove_target(&mut self, pid: u32) {
-        if self.targets.remove(&pid).is_some() {
+        if self.targets.handles.remove(&pid).is_some() {
             self.route(SampleRoute::Remove { pid });
             if self.observe_all {
                 tracing::debug!(pid, "target gone");
@@ -341,7 +359,7 @@ impl Agent {
     /// node sets change. Targets found from then on use the new classification; running ones
     /// keep theirs (a move to a node that went away fails per page and is counted).
     fn check_hotplug(&mut self) {
-        match reread_after_hotplug(&mut self.hotplug, &self.root, &self.config.topology) {
+        match reread_after_hotplug(&mut self.machine.hotplug, &self.root, &self.config.topology) {
             None => {}
             Some(Ok(tiered)) => {
                 tracing::warn!(
@@ -349,11 +367,15 @@ impl Agent {
                     slow = ?tiered.classes.slow,
                     "NUMA nodes changed (memory hotplug); tiers re-read"
                 );
-                self.tiered = tiered;
+                self.machine.tiered = tiered;
                 let costs = self.node_costs().into_values().collect();
-                if let Ok(mut status) = self.status.write() {
-                    status.fast_nodes.clone_from(&self.tiered.classes.fast);
-                    status.slow_nodes.clone_from(&self.tiered.classes.slow);
+                if let Ok(mut status) = self.publishing.status.write() {
+                    status
+                        .fast_nodes
+                        .clone_from(&self.machine.tiered.classes.fast);
+                    status
+                        .slow_nodes
+                        .clone_from(&self.machine.tiered.classes.slow);
                     status.node_costs = costs;
                 }
                 self.update_observe_reason();
@@ -369,6 +391,7 @@ impl Agent {
         self.check_hotplug();
         let finished: Vec<u32> = self
             .targets
+            .handles
             .iter()
             .filter(|(_, handle)| handle.task.is_finished())
             .map(|(pid, _)| *pid)
@@ -387,26 +410,26 @@ impl Agent {
     fn resolve_selection(&mut self) {
         let with_pods;
         let mut pods_changed = false;
-        let selection = match self.pods.as_mut() {
+        let selection = match self.targets.pods.as_mut() {
             Some(pods) => {
-                pods_changed = pods.update(&self.metrics);
-                with_pods = pods.selection(&self.selection);
+                pods_changed = pods.update(&self.publishing.metrics);
+                with_pods = pods.selection(&self.targets.selection);
                 &with_pods
             }
-            None => &self.selection,
+            None => &self.targets.selection,
         };
-        let changes = match self.target_set.refresh(selection) {
+        let changes = match self.targets.set.refresh(selection) {
             Ok(changes) => changes,
             Err(error) => {
                 tracing::warn!(%error, "resolving targets");
                 return;
             }
         };
-        if changes.problems != self.selector_problems {
+        if changes.problems != self.targets.selector_problems {
             for problem in &changes.problems {
                 tracing::warn!(%problem, "a target selector cannot be resolved; skipping it (the others are still followed)");
             }
-            self.selector_problems = changes.problems;
+            self.targets.selector_problems = changes.problems;
         }
         for pid in changes.removed {
             self.remove_target(pid);
@@ -421,13 +444,14 @@ impl Agent {
         // Members refused earlier (the target limit, a failed start) get a slot once one is
         // free.
         let waiting: Vec<u32> = self
-            .target_set
+            .targets
+            .set
             .iter()
             .map(memtide_host::targets::Target::pid)
-            .filter(|pid| !self.targets.contains_key(pid))
+            .filter(|pid| !self.targets.handles.contains_key(pid))
             .collect();
         for pid in waiting {
-            if self.targets.len() >= self.config.targets.max_targets {
+            if self.targets.handles.len() >= self.config.targets.max_targets {
                 break;
             }
             self.add_target(pid);
@@ -437,7 +461,7 @@ impl Agent {
     /// Hands the source the current target list, and starts it again if it was stopped from
     /// outside while its targets live.
     fn update_source(&mut self) {
-        let pids: Vec<u32> = self.targets.keys().copied().collect();
+        let pids: Vec<u32> = self.targets.handles.keys().copied().collect();
         let Some(source) = self.source.as_mut() else {
             return;
         };
@@ -445,7 +469,8 @@ impl Agent {
         // DAMON stops a kdamond by itself only once every target has exited; off while one
         // still lives means someone turned memtide's kdamond off. Start it again.
         let alive = pids.iter().any(|&pid| {
-            self.target_set
+            self.targets
+                .set
                 .get(pid)
                 .is_some_and(|target| target.exited().is_ok_and(|exited| !exited))
         });
@@ -455,7 +480,8 @@ impl Agent {
                     source = %source.kind(),
                     "the source was stopped from outside (for DAMON: memtide's kdamond was turned off) while its targets live; starting it again"
                 );
-                self.metrics
+                self.publishing
+                    .metrics
                     .source_restarts
                     .get_or_create(&SourceReason {
                         source: source.kind().as_str().to_owned(),
@@ -483,7 +509,7 @@ impl Agent {
 
     /// Recomputes why the agent only observes and tells every target.
     pub(super) fn update_observe_reason(&mut self) {
-        let reason = config::observe_reason(&self.config, &self.tiered);
+        let reason = config::observe_reason(&self.config, &self.machine.tiered);
         if reason != self.observe_reason {
             match &reason {
                 Some(reason) => tracing::warn!("not migrating from now on: {reason}"),
@@ -491,7 +517,7 @@ impl Agent {
             }
         }
         self.observe_reason.clone_from(&reason);
-        if let Ok(mut status) = self.status.write() {
+        if let Ok(mut status) = self.publishing.status.write() {
             status.observe_reason.clone_from(&reason);
         }
         match self.observe_switch.write() {
@@ -506,9 +532,14 @@ impl Agent {
             tracing::info!("SIGHUP: no configuration file in use; nothing to reload");
             return;
         };
-        match config::reload(&path, &self.config, &self.command_line, &self.tiered) {
+        match config::reload(
+            &path,
+            &self.config,
+            &self.command_line,
+            &self.machine.tiered,
+        ) {
             Ok(config) => {
-                self.selection = config::selection(&config.targets);
+                self.targets.selection = config::selection(&config.targets);
                 self.config = config;
                 self.update_observe_reason();
                 self.update_limits();

@@ -28,7 +28,7 @@ use tokio::{
 
 use super::{
     Control, DaemonError, Environment, RunOptions,
-    agent::{self, Agent},
+    agent::{self, Agent, MachineView, Publishing, Targets},
     config::{check_command_line_targets, load_config, observe_reason, selection},
     http,
     notify::Notifier,
@@ -94,7 +94,7 @@ pub(super) async fn start(
     let origin = Instant::now();
     let (agent, http, http_stop, ready) = prepare(options, &env, origin).await?;
     let mut agent = on_blocking_pool(agent, Agent::refresh_targets).await;
-    agent.published.watch_http(http.cpu_meter());
+    agent.publishing.published.watch_http(http.cpu_meter());
     let cost_accounting = env.sources.cost_accounting();
     let (unclaimed_tx, unclaimed) = mpsc::channel(agent.config.sources.queue_batches.max(1));
     let delivery = start_source(&mut agent, &env, unclaimed_tx).await;
@@ -112,10 +112,10 @@ pub(super) async fn start(
         .as_ref()
         .map_or("none", |s| s.kind().as_str())
         .to_owned();
-    if let Ok(mut status) = agent.status.write() {
+    if let Ok(mut status) = agent.publishing.status.write() {
         status.source.clone_from(&source_name);
     }
-    tracing::info!(source = %source_name, targets = agent.targets.len(), observe_all = agent.observe_all, "memtide running");
+    tracing::info!(source = %source_name, targets = agent.targets.handles.len(), observe_all = agent.observe_all, "memtide running");
     let notifier = Notifier::from_env();
     let not_ready = agent.not_ready();
     // systemd hears that the process is up either way (a unit that never became ready would
@@ -238,29 +238,35 @@ async fn prepare(
         config_path,
         root,
         origin,
-        tiered,
-        hotplug,
+        machine: MachineView {
+            tiered,
+            hotplug,
+            shared: Arc::default(),
+            shares: Arc::default(),
+        },
         observe_switch: Arc::new(RwLock::new(observe_reason.clone())),
         observe_reason,
         command_line: options,
-        metrics,
-        status,
-        selection,
-        pods,
+        publishing: Publishing {
+            metrics,
+            status,
+            published: Published::default(),
+        },
+        targets: Targets {
+            selection,
+            pods,
+            set: TargetSet::new(),
+            handles: BTreeMap::new(),
+            skipped: 0,
+            selector_problems: Vec::new(),
+        },
         observe_all,
-        target_set: TargetSet::new(),
-        targets: BTreeMap::new(),
-        skipped_targets: 0,
-        selector_problems: Vec::new(),
         source_pids: Vec::new(),
         source: None,
         source_failure: None,
         routes: None,
         ingest_counters: Arc::new(IngestCounters::default()),
         sampling_cpu: CpuAccount::default(),
-        published: Published::default(),
-        machine: Arc::default(),
-        shares: Arc::default(),
     };
     Ok((agent, http, http_stop, ready))
 }
@@ -293,7 +299,7 @@ async fn start_source(
     env: &Environment,
     unclaimed: mpsc::Sender<TargetInput>,
 ) -> Option<JoinHandle<()>> {
-    let pids: Vec<u32> = agent.targets.keys().copied().collect();
+    let pids: Vec<u32> = agent.targets.handles.keys().copied().collect();
     let sources = Arc::clone(&env.sources);
     let (root, config, observe_all) = (
         agent.root.clone(),
@@ -335,6 +341,7 @@ async fn start_source(
     agent.routes = Some(routes);
     let existing: Vec<(u32, TargetChannel)> = agent
         .targets
+        .handles
         .iter()
         .map(|(pid, handle)| (*pid, TargetChannel(handle.input.clone())))
         .collect();
@@ -352,7 +359,7 @@ async fn start_source(
 /// `/readyz`, and `/status` with it.
 fn set_ready(ready: &http::Readiness, agent: &Agent, not_ready: Option<String>) {
     if ready.set(not_ready.clone())
-        && let Ok(mut status) = agent.status.write()
+        && let Ok(mut status) = agent.publishing.status.write()
     {
         status.not_ready = not_ready;
     }
@@ -403,7 +410,7 @@ pub(super) async fn event_loop(mut running: Running) -> Running {
                 let mut agent = agent;
                 if let (Some(rate), Some(source)) = (running.sample_rate.as_mut(), agent.source.as_deref_mut()) {
                     let samples = agent.ingest_counters.decoded.load(Ordering::Relaxed);
-                    rate.tick(source, samples, &agent.metrics);
+                    rate.tick(source, samples, &agent.publishing.metrics);
                 }
                 agent
             }
@@ -437,7 +444,7 @@ fn claim(agent: &mut Agent, batch: Vec<AccessSample>) {
             dropped += n;
             continue;
         }
-        let delivered = agent.targets.get(&pid).is_some_and(|handle| {
+        let delivered = agent.targets.handles.get(&pid).is_some_and(|handle| {
             TargetChannel(handle.input.clone())
                 .try_send(TargetInput::Samples(samples))
                 .is_ok()
@@ -462,7 +469,7 @@ pub(super) async fn shutdown(mut running: Running) {
     if let Some(delivery) = running.delivery.take() {
         let _ = tokio::time::timeout(SHUTDOWN_GRACE, delivery).await;
     }
-    let tasks: Vec<_> = std::mem::take(&mut agent.targets)
+    let tasks: Vec<_> = std::mem::take(&mut agent.targets.handles)
         .into_values()
         .map(|handle| handle.task)
         .collect();

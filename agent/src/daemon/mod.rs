@@ -151,7 +151,7 @@ impl Daemon {
     pub async fn start(options: RunOptions, env: Environment) -> Result<Self, DaemonError> {
         let (control, control_rx) = mpsc::unbounded_channel();
         let running = lifecycle::start(options, env, control_rx).await?;
-        let status = Arc::clone(&running.agent.status);
+        let status = Arc::clone(&running.agent.publishing.status);
         let address = running.address;
         let task = tokio::spawn(async move {
             let running = lifecycle::event_loop(running).await;
