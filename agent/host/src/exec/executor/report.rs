@@ -39,7 +39,7 @@ pub struct DirectionReport {
     /// Of `pages_moved`, the pages that were on the destination before the call: move_pages
     /// reports where a page is, so one the plan named but something else had already moved
     /// counts as moved. Known only where the caller asked first
-    /// ([`super::pages_on_destination`]; the daemon does for a bounded target's demotions),
+    /// ([`crate::exec::pages_on_destination`]; the daemon does for a bounded target's demotions),
     /// 0 elsewhere.
     pub pages_already_placed: u64,
     /// `pages_moved` by the granularity (bytes) of the request each page belonged to.
