@@ -29,7 +29,10 @@ pub use self::placed::pages_on_destination;
 // The only dependency on `policy` (drop this line and `mod plan;` to build without it).
 pub use self::plan::{TierNodes, requests_by_node, requests_from_plan};
 use crate::{
-    sys::mempolicy::{self, PageStatus, Pid, RemoteAdvice},
+    sys::{
+        mempolicy::{self, PageStatus, Pid},
+        pidfd::{self, RemoteAdvice},
+    },
     sysfs::{HostRoot, SysfsError},
     targets::{Target, TargetError},
 };
@@ -140,7 +143,7 @@ impl Backend for KernelBackend<'_> {
             usize::try_from(start).unwrap_or(usize::MAX),
             usize::try_from(len).unwrap_or(0),
         );
-        mempolicy::process_madvise(self.target.pidfd(), &[(start, len)], RemoteAdvice::Collapse)
+        pidfd::process_madvise(self.target.pidfd(), &[(start, len)], RemoteAdvice::Collapse)
             .map(drop)
             .map_err(|e| TargetError::syscall(self.target.pid(), "process_madvise(COLLAPSE)", e))
             .map_err(ExecError::from)

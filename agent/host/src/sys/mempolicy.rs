@@ -1,19 +1,15 @@
-//! NUMA memory-placement system calls: move_pages, mbind, set_mempolicy, get_mempolicy,
-//! process_madvise and pidfd_open. None of them has a glibc wrapper (or a nix/rustix one), so
+//! NUMA memory-placement system calls: move_pages, mbind, set_mempolicy, get_mempolicy (a
+//! process's pidfd and process_madvise are in `sys::pidfd`). None of them has a glibc wrapper
+//! (or a nix/rustix one), so
 //! they go through `libc::syscall` here, with the argument encoding (node masks and the kernel's
 //! `maxnode` quirk) in safe, unit-tested code.
 //!
 //! Minimum kernels: move_pages/mbind/set_mempolicy 2.6.18; `MPOL_PREFERRED_MANY` 5.15;
-//! `MPOL_WEIGHTED_INTERLEAVE` 6.9; pidfd_open 5.3; process_madvise 5.10 (`MADV_COLLAPSE` 6.1).
-//! A positive move_pages return (pages not migrated) needs 4.17.
+//! `MPOL_WEIGHTED_INTERLEAVE` 6.9. A positive move_pages return (pages not migrated) needs 4.17.
 
-use std::{
-    ffi::c_void,
-    fmt, io,
-    os::fd::{AsRawFd as _, BorrowedFd, FromRawFd as _, OwnedFd},
-};
+use std::{fmt, io};
 
-use libc::{c_int, c_long, c_uint, c_ulong};
+use libc::{c_int, c_long, c_ulong};
 
 /// Bits in one word of a kernel node mask.
 const WORD_BITS: usize = c_ulong::BITS as usize;
@@ -295,7 +291,7 @@ pub enum Pid {
 }
 
 impl Pid {
-    fn raw(self) -> io::Result<libc::pid_t> {
+    pub(super) fn raw(self) -> io::Result<libc::pid_t> {
         match self {
             Self::Current => Ok(0),
             Self::Other(pid) => libc::pid_t::try_from(pid)
@@ -306,7 +302,8 @@ impl Pid {
     }
 }
 
-fn check(ret: c_long) -> io::Result<c_long> {
+/// A system call's return value, or the errno it set.
+pub(super) fn check(ret: c_long) -> io::Result<c_long> {
     if ret < 0 {
         Err(io::Error::last_os_error())
     } else {
@@ -513,93 +510,6 @@ pub fn mems_allowed() -> io::Result<NodeMask> {
     get_mempolicy_raw(0, MPOL_F_MEMS_ALLOWED).map(|(_, mask)| mask)
 }
 
-/// Opens a pidfd for `pid` (Linux 5.3). The fd keeps naming that very process, even after it
-/// exits and its pid is reused.
-pub fn pidfd_open(pid: u32) -> io::Result<OwnedFd> {
-    let pid = Pid::Other(pid).raw()?;
-    // SAFETY: pidfd_open takes a pid and flags (0) and returns a new fd or -1.
-    let ret = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0 as c_int) };
-    let fd = check(ret)?;
-    let fd = c_int::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
-    // SAFETY: the kernel just returned this fd to us and nothing else owns it.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
-}
-
-/// Whether the process behind `pidfd` has exited (a pidfd polls readable once it has; a zombie
-/// counts as exited). Never blocks.
-pub fn pidfd_exited(pidfd: BorrowedFd<'_>) -> io::Result<bool> {
-    let mut pfd = libc::pollfd {
-        fd: pidfd.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    loop {
-        // SAFETY: one valid pollfd, timeout 0 (no blocking).
-        let ret = unsafe { libc::poll(&raw mut pfd, 1, 0) };
-        if ret < 0 {
-            let error = io::Error::last_os_error();
-            if error.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(error);
-        }
-        return Ok(ret > 0 && pfd.revents & (libc::POLLIN | libc::POLLHUP) != 0);
-    }
-}
-
-/// The advice process_madvise accepts for another process's memory
-/// (mm/madvise.c `process_madvise_remote_valid`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum RemoteAdvice {
-    Cold,
-    Pageout,
-    WillNeed,
-    /// Linux 6.1: collapse the range into huge pages synchronously.
-    Collapse,
-}
-
-impl RemoteAdvice {
-    const fn raw(self) -> c_int {
-        match self {
-            Self::Cold => libc::MADV_COLD,
-            Self::Pageout => libc::MADV_PAGEOUT,
-            Self::WillNeed => libc::MADV_WILLNEED,
-            Self::Collapse => libc::MADV_COLLAPSE,
-        }
-    }
-}
-
-/// Applies `advice` to the ranges `(start, len)` of the process behind `pidfd` (Linux 5.10).
-/// Returns the number of bytes advised (less than asked when the kernel stopped early). Needs
-/// CAP_SYS_NICE and ptrace access.
-pub fn process_madvise(
-    pidfd: BorrowedFd<'_>,
-    ranges: &[(usize, usize)],
-    advice: RemoteAdvice,
-) -> io::Result<usize> {
-    let iov: Vec<libc::iovec> = ranges
-        .iter()
-        .map(|&(start, len)| libc::iovec {
-            iov_base: start as *mut c_void,
-            iov_len: len,
-        })
-        .collect();
-    // SAFETY: the kernel reads `iov.len()` iovecs from a live array; the iovecs describe memory
-    // of the target process, which none of the allowed advice values changes the contents of
-    // (cold/pageout/willneed/collapse keep data intact), so no Rust memory is affected.
-    let ret = unsafe {
-        libc::syscall(
-            libc::SYS_process_madvise,
-            pidfd.as_raw_fd(),
-            iov.as_ptr(),
-            iov.len(),
-            advice.raw(),
-            0 as c_uint,
-        )
-    };
-    check(ret).map(|n| usize::try_from(n).unwrap_or(0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -714,12 +624,5 @@ mod tests {
         })
         .join()
         .unwrap();
-    }
-
-    #[test]
-    fn pidfd_of_self_is_alive() {
-        let fd = pidfd_open(std::process::id()).unwrap();
-        use std::os::fd::AsFd as _;
-        assert!(!pidfd_exited(fd.as_fd()).unwrap());
     }
 }

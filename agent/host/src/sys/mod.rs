@@ -1,7 +1,7 @@
 //! The only place in memtide's agent with `unsafe`: thin, safe wrappers over the system calls
 //! the rest of the agent needs and no crate wraps (perf_event_open + its ioctls, move_pages,
-//! mbind, set_mempolicy, pidfd_open, pagemap's PAGEMAP_SCAN ioctl). Each wrapper returns
-//! `io::Result` and owns the file descriptors it creates.
+//! mbind, set_mempolicy, pidfd_open, process_madvise, pagemap's PAGEMAP_SCAN ioctl). Each
+//! wrapper returns `io::Result` and owns the file descriptors it creates.
 #![allow(
     unsafe_code,
     reason = "system call wrappers; every block carries a SAFETY comment"
@@ -12,4 +12,5 @@ pub mod async_fd;
 pub mod mempolicy;
 pub mod pagemap_scan;
 pub mod perf;
+pub mod pidfd;
 pub mod process;

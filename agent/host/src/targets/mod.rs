@@ -24,7 +24,7 @@ use std::{
 use serde::Serialize;
 
 use crate::{
-    sys::mempolicy,
+    sys::pidfd,
     sysfs::{self, HostRoot, SysfsError},
 };
 
@@ -173,7 +173,7 @@ impl Target {
             return Err(TargetError::IsSelf { pid });
         }
         let pidfd =
-            mempolicy::pidfd_open(pid).map_err(|e| TargetError::syscall(pid, "pidfd_open", e))?;
+            pidfd::pidfd_open(pid).map_err(|e| TargetError::syscall(pid, "pidfd_open", e))?;
         // Read after opening the pidfd: if the process is still alive afterwards, what was read
         // is about the process the pidfd names.
         let stat = ProcStat::read(&HostRoot::default(), pid)?;
@@ -207,7 +207,7 @@ impl Target {
 
     /// Whether the process has exited.
     pub fn exited(&self) -> Result<bool, TargetError> {
-        mempolicy::pidfd_exited(self.pidfd.as_fd())
+        pidfd::pidfd_exited(self.pidfd.as_fd())
             .map_err(|e| TargetError::syscall(self.pid, "poll(pidfd)", e))
     }
 
