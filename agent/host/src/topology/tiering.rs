@@ -144,29 +144,7 @@ fn split(nodes: &[u32], fast: &BTreeSet<u32>, basis: Basis) -> Classification {
 pub fn classify(topology: &Topology, attrs: &[NodeAttrs], over: &TierOverride) -> Classification {
     let nodes: Vec<u32> = topology.nodes_with_memory().map(|n| n.id).collect();
     if !over.fast_nodes.is_empty() || !over.slow_nodes.is_empty() {
-        let fast: BTreeSet<u32> = if over.fast_nodes.is_empty() {
-            nodes
-                .iter()
-                .copied()
-                .filter(|n| !over.slow_nodes.contains(n))
-                .collect()
-        } else {
-            over.fast_nodes.iter().copied().collect()
-        };
-        let mut c = split(&nodes, &fast, Basis::Override);
-        let unknown: Vec<u32> = over
-            .fast_nodes
-            .iter()
-            .chain(&over.slow_nodes)
-            .copied()
-            .filter(|n| !nodes.contains(n))
-            .collect();
-        if !unknown.is_empty() {
-            c.warning = Some(format!(
-                "configured tier nodes {unknown:?} are not online nodes with memory ({nodes:?})"
-            ));
-        }
-        return c;
+        return by_override(&nodes, over);
     }
     if nodes.len() < 2 {
         return split(&nodes, &nodes.iter().copied().collect(), Basis::Uniform);
@@ -187,7 +165,49 @@ pub fn classify(topology: &Topology, attrs: &[NodeAttrs], over: &TierOverride) -
         return split(&nodes, &fast, Basis::KernelTiers);
     }
 
-    // 3. HMAT.
+    // 3. HMAT, else 4. CPU-less nodes.
+    match by_hmat(&nodes, attrs).or_else(|| by_cpuless(topology, &nodes, attrs)) {
+        Some(mut c) => {
+            if tiers.len() == 1 {
+                let tier = tiers.first().copied().unwrap_or(0);
+                c.warning = Some(one_kernel_tier_warning(&nodes, tier, &c));
+            }
+            c
+        }
+        None => split(&nodes, &nodes.iter().copied().collect(), Basis::Uniform),
+    }
+}
+
+/// Rule 1, the configured tiers: the fast nodes named, else every node not named slow.
+fn by_override(nodes: &[u32], over: &TierOverride) -> Classification {
+    let fast: BTreeSet<u32> = if over.fast_nodes.is_empty() {
+        nodes
+            .iter()
+            .copied()
+            .filter(|n| !over.slow_nodes.contains(n))
+            .collect()
+    } else {
+        over.fast_nodes.iter().copied().collect()
+    };
+    let mut c = split(nodes, &fast, Basis::Override);
+    let unknown: Vec<u32> = over
+        .fast_nodes
+        .iter()
+        .chain(&over.slow_nodes)
+        .copied()
+        .filter(|n| !nodes.contains(n))
+        .collect();
+    if !unknown.is_empty() {
+        c.warning = Some(format!(
+            "configured tier nodes {unknown:?} are not online nodes with memory ({nodes:?})"
+        ));
+    }
+    c
+}
+
+/// Rule 3, HMAT: the nodes of the lowest read latency are fast, else those of the highest
+/// read bandwidth; `None` when HMAT does not cover every node or tells none apart.
+fn by_hmat(nodes: &[u32], attrs: &[NodeAttrs]) -> Option<Classification> {
     let hmat_of = |id: u32| attrs.iter().find(|a| a.id == id).and_then(|a| a.hmat);
     let by_latency: Option<Vec<(u32, u64)>> = nodes
         .iter()
@@ -201,7 +221,6 @@ pub fn classify(topology: &Topology, attrs: &[NodeAttrs], over: &TierOverride) -
                 .map(|b| (id, u64::MAX - b))
         })
         .collect();
-    let mut result = None;
     for metric in [by_latency, by_bandwidth].into_iter().flatten() {
         let best = metric.iter().map(|&(_, v)| v).min().unwrap_or(0);
         let fast: BTreeSet<u32> = metric
@@ -210,58 +229,55 @@ pub fn classify(topology: &Topology, attrs: &[NodeAttrs], over: &TierOverride) -
             .map(|&(id, _)| id)
             .collect();
         if fast.len() < nodes.len() {
-            result = Some(split(&nodes, &fast, Basis::Hmat));
-            break;
+            return Some(split(nodes, &fast, Basis::Hmat));
         }
     }
+    None
+}
 
-    // 4. CPU-less nodes.
-    if result.is_none() {
-        let fast: BTreeSet<u32> = topology
-            .nodes_with_memory()
-            .filter(|n| !n.is_cpuless())
-            .map(|n| n.id)
-            .collect();
-        if !fast.is_empty() && fast.len() < nodes.len() {
-            let mut c = split(&nodes, &fast, Basis::CpuLess);
-            // Nearest CPU-less node first.
-            let distance_to_cpu = |id: u32| {
-                attrs.iter().find(|a| a.id == id).map_or(u32::MAX, |a| {
-                    topology
-                        .nodes
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, n)| fast.contains(&n.id))
-                        .filter_map(|(i, _)| a.distances.get(i).copied())
-                        .min()
-                        .unwrap_or(u32::MAX)
-                })
-            };
-            c.slow.sort_by_key(|&id| (distance_to_cpu(id), id));
-            result = Some(c);
-        }
+/// Rule 4: the nodes with CPUs are fast, the CPU-less ones slow, nearest to a CPU first;
+/// `None` unless there are both.
+fn by_cpuless(topology: &Topology, nodes: &[u32], attrs: &[NodeAttrs]) -> Option<Classification> {
+    let fast: BTreeSet<u32> = topology
+        .nodes_with_memory()
+        .filter(|n| !n.is_cpuless())
+        .map(|n| n.id)
+        .collect();
+    if fast.is_empty() || fast.len() >= nodes.len() {
+        return None;
     }
+    let mut c = split(nodes, &fast, Basis::CpuLess);
+    // Nearest CPU-less node first.
+    let distance_to_cpu = |id: u32| {
+        attrs.iter().find(|a| a.id == id).map_or(u32::MAX, |a| {
+            topology
+                .nodes
+                .iter()
+                .enumerate()
+                .filter(|(_, n)| fast.contains(&n.id))
+                .filter_map(|(i, _)| a.distances.get(i).copied())
+                .min()
+                .unwrap_or(u32::MAX)
+        })
+    };
+    c.slow.sort_by_key(|&id| (distance_to_cpu(id), id));
+    Some(c)
+}
 
-    match result {
-        Some(mut c) => {
-            if tiers.len() == 1 {
-                let tier = tiers.first().copied().unwrap_or(0);
-                c.warning = Some(format!(
-                    "all NUMA nodes {nodes:?} are in one kernel memory tier (memory_tier{tier}), \
-                     although {:?} look slower ({}): the kernel's demotion and tiering-mode \
-                     NUMA balancing cannot tell the tiers apart. memtide classifies them itself; \
-                     provide ACPI HMAT (or set the tier in the config) to fix the kernel's view",
-                    c.slow,
-                    match c.basis {
-                        Basis::Hmat => "HMAT",
-                        _ => "no CPUs",
-                    }
-                ));
-            }
-            c
+/// What to tell the operator when the kernel put every node in one memory tier, `tier`,
+/// although `c` tells some apart.
+fn one_kernel_tier_warning(nodes: &[u32], tier: u32, c: &Classification) -> String {
+    format!(
+        "all NUMA nodes {nodes:?} are in one kernel memory tier (memory_tier{tier}), \
+         although {:?} look slower ({}): the kernel's demotion and tiering-mode \
+         NUMA balancing cannot tell the tiers apart. memtide classifies them itself; \
+         provide ACPI HMAT (or set the tier in the config) to fix the kernel's view",
+        c.slow,
+        match c.basis {
+            Basis::Hmat => "HMAT",
+            _ => "no CPUs",
         }
-        None => split(&nodes, &nodes.iter().copied().collect(), Basis::Uniform),
-    }
+    )
 }
 
 /// Notices memory hotplug: a change of `node/online` or `node/has_memory` means the topology
