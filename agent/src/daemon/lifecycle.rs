@@ -9,15 +9,17 @@
 use std::{
     collections::BTreeMap,
     os::fd::OwnedFd,
-    path::Path,
+    path::{Path, PathBuf},
     sync::{Arc, RwLock, atomic::Ordering},
     time::{Duration, Instant},
 };
 
 use memtide_common::AccessSample;
+use memtide_config::Config;
 use memtide_core::ingest::IngestCounters;
 use memtide_host::{
     exec::coexist,
+    sysfs::HostRoot,
     targets::select::TargetSet,
     topology::tiering::{HotplugWatch, TieredTopology},
 };
@@ -160,39 +162,13 @@ async fn prepare(
     DaemonError,
 > {
     let root = env.root.clone();
-    let (mut config, config_path) = load_config(&options)?;
-    check_command_line_targets(&root, &options)?;
-    match &config_path {
-        Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
-        None => tracing::info!(
-            "no configuration file at {}; using the defaults",
-            memtide_config::DEFAULT_PATH
-        ),
-    }
-    let tiered = TieredTopology::read(&root, &config.topology)?;
-    let shown = config_path
-        .as_deref()
-        .unwrap_or_else(|| Path::new("(defaults)"));
-    config.validate(shown, Some(&tiered.topology.node_ids()))?;
-    if let Some(warning) = &tiered.classes.warning {
-        tracing::warn!("{warning}");
-    }
-    // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
-    coexist::check(&root, config.agent.on_conflict)?;
-    let pods = pod_watch(&config)?;
-    if pods.is_none()
-        && let Some(limit) = config.targets.limits.iter().find(|l| l.pod_label.is_some())
-    {
-        tracing::warn!(
-            limit = %limit.describe(),
-            "a [[targets.limits]] table names a pod label, but no pods are listed: it matches nothing until [targets] pod_selector (or MEMTIDE_POD_SELECTOR) is set"
-        );
-    }
-    let observe_reason = observe_reason(&config, &tiered);
-    if let Some(reason) = &observe_reason {
-        // The machine's shape or the operator's choice, nothing to fix: status says it too.
-        tracing::info!("not migrating: {reason}");
-    }
+    let Configured {
+        mut config,
+        config_path,
+        tiered,
+        pods,
+        observe_reason,
+    } = configure(&options, &root)?;
     let (metrics, registry) = Metrics::new();
     metrics
         .sampling_cpu_budget_ratio
@@ -208,26 +184,8 @@ async fn prepare(
         targets: Vec::new(),
     }));
     let ready = Arc::new(http::Readiness::starting());
-    let listener = http::bind(config.agent.listen)
-        .await
-        .map_err(DaemonError::Listen)?;
-    // Port 0 asks the kernel for one: status and logs show the one it gave.
-    config.agent.listen = listener.local_addr().map_err(DaemonError::Listen)?;
-    tracing::info!(address = %config.agent.listen, "serving /metrics /healthz /readyz /status");
-    let (http_stop, mut http_stop_rx) = watch::channel(false);
-    let http = http::HttpServer::start(
-        listener,
-        http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready)),
-        async move {
-            let _ = http_stop_rx.changed().await;
-        },
-    )
-    .map_err(|error| {
-        std::io::Error::new(
-            error.kind(),
-            format!("starting the HTTP server thread: {error}"),
-        )
-    })?;
+    let shared = http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready));
+    let (http, http_stop) = serve_http(&mut config, shared).await?;
     let selection = selection(&config.targets);
     let observe_all = selection.include.is_empty() && pods.is_none();
     let mut hotplug = HotplugWatch::new();
@@ -271,8 +229,88 @@ async fn prepare(
     Ok((agent, http, http_stop, ready))
 }
 
+/// The configuration checked against this machine, and what follows from it before anything
+/// is served.
+struct Configured {
+    config: Config,
+    config_path: Option<PathBuf>,
+    tiered: TieredTopology,
+    pods: Option<PodWatch>,
+    observe_reason: Option<String>,
+}
+
+/// Loads and validates the configuration, classifies the tiers, checks for other page movers
+/// and starts the pod list, logging what the operator should know.
+fn configure(options: &RunOptions, root: &HostRoot) -> Result<Configured, DaemonError> {
+    let (config, config_path) = load_config(options)?;
+    check_command_line_targets(root, options)?;
+    match &config_path {
+        Some(path) => tracing::info!(path = %path.display(), "configuration loaded"),
+        None => tracing::info!(
+            "no configuration file at {}; using the defaults",
+            memtide_config::DEFAULT_PATH
+        ),
+    }
+    let tiered = TieredTopology::read(root, &config.topology)?;
+    let shown = config_path
+        .as_deref()
+        .unwrap_or_else(|| Path::new("(defaults)"));
+    config.validate(shown, Some(&tiered.topology.node_ids()))?;
+    if let Some(warning) = &tiered.classes.warning {
+        tracing::warn!("{warning}");
+    }
+    // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
+    coexist::check(root, config.agent.on_conflict)?;
+    let pods = pod_watch(&config)?;
+    if pods.is_none()
+        && let Some(limit) = config.targets.limits.iter().find(|l| l.pod_label.is_some())
+    {
+        tracing::warn!(
+            limit = %limit.describe(),
+            "a [[targets.limits]] table names a pod label, but no pods are listed: it matches nothing until [targets] pod_selector (or MEMTIDE_POD_SELECTOR) is set"
+        );
+    }
+    let observe_reason = observe_reason(&config, &tiered);
+    if let Some(reason) = &observe_reason {
+        // The machine's shape or the operator's choice, nothing to fix: status says it too.
+        tracing::info!("not migrating: {reason}");
+    }
+    Ok(Configured {
+        config,
+        config_path,
+        tiered,
+        pods,
+        observe_reason,
+    })
+}
+
+/// Binds `[agent] listen` (port 0: the kernel's choice, written back into `config`) and starts
+/// the HTTP server thread; the sender stops it.
+async fn serve_http(
+    config: &mut Config,
+    shared: http::Shared,
+) -> Result<(http::HttpServer, watch::Sender<bool>), DaemonError> {
+    let listener = http::bind(config.agent.listen)
+        .await
+        .map_err(DaemonError::Listen)?;
+    // Port 0 asks the kernel for one: status and logs show the one it gave.
+    config.agent.listen = listener.local_addr().map_err(DaemonError::Listen)?;
+    tracing::info!(address = %config.agent.listen, "serving /metrics /healthz /readyz /status");
+    let (http_stop, mut http_stop_rx) = watch::channel(false);
+    let http = http::HttpServer::start(listener, shared, async move {
+        let _ = http_stop_rx.changed().await;
+    })
+    .map_err(|error| {
+        std::io::Error::new(
+            error.kind(),
+            format!("starting the HTTP server thread: {error}"),
+        )
+    })?;
+    Ok((http, http_stop))
+}
+
 /// The pod list of `[targets] pod_selector`, when one is set.
-fn pod_watch(config: &memtide_config::Config) -> Result<Option<PodWatch>, DaemonError> {
+fn pod_watch(config: &Config) -> Result<Option<PodWatch>, DaemonError> {
     if config.targets.pod_selector.is_empty() {
         return Ok(None);
     }
