@@ -93,6 +93,38 @@ impl AgentStatus {
     #[must_use]
     pub fn to_table(&self) -> String {
         let mut out = String::new();
+        self.write_header(&mut out);
+        if self.targets.is_empty() {
+            let _ = writeln!(out, "no targets");
+            return out;
+        }
+        let _ = writeln!(
+            out,
+            "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10}",
+            "TARGET",
+            "FAST",
+            "SLOW",
+            "HOT",
+            "HIT%",
+            "GRAN",
+            "EPOCH",
+            "SAMPLES",
+            "PROMOTED",
+            "DEMOTED"
+        );
+        let mut parenthesised = false;
+        for t in &self.targets {
+            parenthesised |= t.write_row(&mut out);
+        }
+        if parenthesised {
+            let _ = writeln!(out, "(parenthesised: would have moved, in observe mode)");
+        }
+        out
+    }
+
+    /// The agent's lines: version, source and tiers, why it is not ready or not migrating,
+    /// and what each node costs.
+    fn write_header(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "memtide {}  source: {}  fast nodes: {:?}  slow nodes: {:?}",
@@ -120,72 +152,54 @@ impl AgentStatus {
                 cost.source.as_str()
             );
         }
-        if self.targets.is_empty() {
-            let _ = writeln!(out, "no targets");
-            return out;
-        }
+    }
+}
+
+impl TargetStatus {
+    /// The target's row and the lines under it. Returns whether the moves shown are the ones
+    /// observe mode would have made (parenthesised).
+    fn write_row(&self, out: &mut String) -> bool {
+        let tier = |name: &str| bytes(self.managed_bytes.get(name).copied().unwrap_or(0));
+        let hit = self
+            .fast_hit_ratio
+            .map_or_else(|| "-".to_owned(), |ratio| format!("{:.1}", ratio * 100.0));
+        let would_have = self.promoted_bytes + self.demoted_bytes == 0
+            && self.would_promote_bytes + self.would_demote_bytes > 0;
+        let (promoted, demoted) = if would_have {
+            (
+                format!("({})", bytes(self.would_promote_bytes)),
+                format!("({})", bytes(self.would_demote_bytes)),
+            )
+        } else {
+            (bytes(self.promoted_bytes), bytes(self.demoted_bytes))
+        };
         let _ = writeln!(
             out,
             "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10}",
-            "TARGET",
-            "FAST",
-            "SLOW",
-            "HOT",
-            "HIT%",
-            "GRAN",
-            "EPOCH",
-            "SAMPLES",
-            "PROMOTED",
-            "DEMOTED"
+            self.target,
+            tier("fast"),
+            tier("slow"),
+            bytes(self.hot_bytes),
+            hit,
+            bytes(self.granularity_bytes),
+            epoch(self.epoch_seconds),
+            self.samples,
+            promoted,
+            demoted,
         );
-        let mut parenthesised = false;
-        for t in &self.targets {
-            let tier = |name: &str| bytes(t.managed_bytes.get(name).copied().unwrap_or(0));
-            let hit = t
-                .fast_hit_ratio
-                .map_or_else(|| "-".to_owned(), |ratio| format!("{:.1}", ratio * 100.0));
-            let (promoted, demoted) = if t.promoted_bytes + t.demoted_bytes == 0
-                && t.would_promote_bytes + t.would_demote_bytes > 0
-            {
-                parenthesised = true;
-                (
-                    format!("({})", bytes(t.would_promote_bytes)),
-                    format!("({})", bytes(t.would_demote_bytes)),
-                )
-            } else {
-                (bytes(t.promoted_bytes), bytes(t.demoted_bytes))
-            };
-            let _ = writeln!(
-                out,
-                "{:<28} {:>10} {:>10} {:>10} {:>6} {:>6} {:>7} {:>10} {:>10} {:>10}",
-                t.target,
-                tier("fast"),
-                tier("slow"),
-                bytes(t.hot_bytes),
-                hit,
-                bytes(t.granularity_bytes),
-                epoch(t.epoch_seconds),
-                t.samples,
-                promoted,
-                demoted,
-            );
-            if let Some(per_second) = t.samples_per_second {
-                let per_gib = t
-                    .samples_per_second_per_gib
-                    .map_or_else(String::new, |v| format!(", {} per GiB", rate(v)));
-                let _ = writeln!(out, "    sampled: {} samples/s{per_gib}", rate(per_second));
-            }
-            if let (Some(share), Some(reason)) = (t.fast_share_bytes, &t.fast_share_reason) {
-                let _ = writeln!(out, "    fast-tier share: {} ({reason})", bytes(share));
-            }
-            for error in &t.last_errors {
-                let _ = writeln!(out, "    last error: {error}");
-            }
+        if let Some(per_second) = self.samples_per_second {
+            let per_gib = self
+                .samples_per_second_per_gib
+                .map_or_else(String::new, |v| format!(", {} per GiB", rate(v)));
+            let _ = writeln!(out, "    sampled: {} samples/s{per_gib}", rate(per_second));
         }
-        if parenthesised {
-            let _ = writeln!(out, "(parenthesised: would have moved, in observe mode)");
+        if let (Some(share), Some(reason)) = (self.fast_share_bytes, &self.fast_share_reason) {
+            let _ = writeln!(out, "    fast-tier share: {} ({reason})", bytes(share));
         }
-        out
+        for error in &self.last_errors {
+            let _ = writeln!(out, "    last error: {error}");
+        }
+        would_have
     }
 }
 

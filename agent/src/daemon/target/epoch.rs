@@ -169,29 +169,15 @@ impl State {
             .charge(now, took, self.spec.shares.tenants());
         self.log_plan(&plan, input, took);
         let observed = self.observing() || self.spec.nodes.is_none();
-        let mut executed = None;
-        if observed {
-            self.assume(&plan);
-        } else if let Some(nodes) = self.spec.nodes
-            && !plan.moves.is_empty()
-        {
-            match measured.migration(|| self.execute(&plan, nodes)) {
-                Ok(report) if report.aborted.is_some() => {
-                    return EpochOutcome::Exited {
-                        executed: Some(Box::new(report)),
-                    };
-                }
-                Ok(report) => executed = Some(report),
-                Err(error) => self.remember_error(error),
+        let executed = match self.carry_out(&plan, observed, measured) {
+            Ok(executed) => executed,
+            Err(cut_short) => {
+                return EpochOutcome::Exited {
+                    executed: Some(cut_short),
+                };
             }
-        }
-        self.planning.homes.age();
-        self.planning.last_plan_at = Some(now);
-        self.planning.last_plan_moved = !plan.moves.is_empty();
-        self.planning.quiet_plans = match input.is_empty() && !self.planning.last_plan_moved {
-            true => self.planning.quiet_plans.saturating_add(1),
-            false => 0,
         };
+        self.remember_plan(now, input, &plan);
         // After the moves: the placement is queried again only if pages moved.
         let moved = executed
             .as_ref()
@@ -224,6 +210,43 @@ impl State {
             granularity_bytes: self.tiering.granularity().bytes(),
             plan,
         }))
+    }
+
+    /// Observing, assumes the plan's moves; else executes them, when there are any and nodes to
+    /// move them to. `Err` is the report of a migration the target's exit cut short.
+    fn carry_out(
+        &mut self,
+        plan: &Plan,
+        observed: bool,
+        measured: &mut EpochMeasures,
+    ) -> Result<Option<ExecReport>, Box<ExecReport>> {
+        if observed {
+            self.assume(plan);
+            return Ok(None);
+        }
+        let Some(nodes) = self.spec.nodes.filter(|_| !plan.moves.is_empty()) else {
+            return Ok(None);
+        };
+        match measured.migration(|| self.execute(plan, nodes)) {
+            Ok(report) if report.aborted.is_some() => Err(Box::new(report)),
+            Ok(report) => Ok(Some(report)),
+            Err(error) => {
+                self.remember_error(error);
+                Ok(None)
+            }
+        }
+    }
+
+    /// What the next epochs go by: when this plan was made, whether it moved anything, and
+    /// how many plans in a row have seen and moved nothing.
+    fn remember_plan(&mut self, now: Duration, input: &EpochInput, plan: &Plan) {
+        self.planning.homes.age();
+        self.planning.last_plan_at = Some(now);
+        self.planning.last_plan_moved = !plan.moves.is_empty();
+        self.planning.quiet_plans = match input.is_empty() && !self.planning.last_plan_moved {
+            true => self.planning.quiet_plans.saturating_add(1),
+            false => 0,
+        };
     }
 
     /// What the plan decided and what it was decided on, for `RUST_LOG=memtide=debug`.

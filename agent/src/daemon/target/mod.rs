@@ -278,6 +278,28 @@ fn unpublish(status: &RwLock<AgentStatus>, pid: u32) {
     agent.targets.retain(|t| t.pid != pid);
 }
 
+/// The epoch ending at `now`, on what the target saw (`seen`), and its report, on the blocking
+/// pool with the state moved in; the state, the outcome and `seen` (its buffer is reused)
+/// come back, or `None` if the step panicked.
+async fn step_on_blocking_pool(
+    mut state: State,
+    now: Duration,
+    seen: EpochInput,
+    metrics: &Metrics,
+) -> Option<(State, EpochOutcome, EpochInput)> {
+    let metrics = metrics.clone();
+    tokio::task::spawn_blocking(move || {
+        // Its own counter: the sampling budget charges only what samples cost.
+        charge_thread_cpu(&metrics.epoch_cpu_seconds.clone(), || {
+            let epoch = state.epoch(now, &seen);
+            state.report(now, &epoch, &metrics);
+            (state, epoch.outcome, seen)
+        })
+    })
+    .await
+    .ok()
+}
+
 /// The target's task: inputs until each epoch is due, then the epoch on the blocking pool.
 async fn run(
     mut state: State,
@@ -329,17 +351,9 @@ async fn run(
                 last_step = Some(now);
                 state.tiering.tick(now);
                 let seen = std::mem::take(&mut epoch_input);
-                let step_metrics = metrics.clone();
-                let joined = tokio::task::spawn_blocking(move || {
-                    // Its own counter: the sampling budget charges only what samples cost.
-                    charge_thread_cpu(&step_metrics.epoch_cpu_seconds.clone(), || {
-                        let epoch = state.epoch(now, &seen);
-                        state.report(now, &epoch, &step_metrics);
-                        (state, epoch.outcome, seen)
-                    })
-                })
-                .await;
-                let Ok((returned, outcome, mut reused)) = joined else {
+                let Some((returned, outcome, mut reused)) =
+                    step_on_blocking_pool(state, now, seen, &metrics).await
+                else {
                     tracing::error!(pid, "epoch step panicked; dropping the target");
                     unpublish(&status, pid);
                     shares.leave(pid);
