@@ -217,8 +217,11 @@ impl Executor {
         check_destinations(backend, requests)?;
         let Shaped {
             heads,
+            pages,
             collapse_candidates,
-        } = self.shape(backend, requests, now, work, report)?;
+        } = self.shape(backend, requests, now, report)?;
+        // Pages left over from earlier calls go first.
+        work.extend(pages);
 
         // Demotions first, so that a swap's promotions find the room its demotions freed
         // (the watermark guard would otherwise stop them at the fast node's floor). Within a

@@ -9,24 +9,25 @@ use memtide_core::units::{Direction, PAGE_SIZE as PAGE};
 use super::{Backend, ExecReport, Executor, MoveRequest, PageWork, Stop};
 use crate::exec::thp::{HUGE_PAGE, SplitOutcome, huge_cover};
 
-/// What shaping leaves besides the 4 KiB pages.
+/// A call's requests as page work.
 #[derive(Default)]
 pub(super) struct Shaped {
     /// Huge pages to move whole, by their head page.
     pub(super) heads: Vec<PageWork>,
+    /// Pages to move at 4 KiB.
+    pub(super) pages: Vec<PageWork>,
     /// 2 MiB chunks promoted at 4 KiB, which may collapse into huge pages again afterwards.
     pub(super) collapse_candidates: Vec<u64>,
 }
 
 impl Executor {
-    /// Shapes `requests` into page work: the huge pages to move by their heads, and 4 KiB
-    /// pages appended to `work`.
+    /// Shapes `requests` into page work: the huge pages to move by their heads, and the 4 KiB
+    /// pages.
     pub(super) fn shape(
         &mut self,
         backend: &mut dyn Backend,
         requests: &[MoveRequest],
         now: Instant,
-        work: &mut Vec<PageWork>,
         report: &mut ExecReport,
     ) -> Result<Shaped, Stop> {
         let to_move: Vec<(u64, u64)> = requests
@@ -73,7 +74,9 @@ impl Executor {
                 Some(false) => {
                     let (s, e) = huge_cover(start, end);
                     self.split_first(backend, (s, e), &mut splits_done, report);
-                    work.extend((start..end).step_by(PAGE as usize).map(page));
+                    shaped
+                        .pages
+                        .extend((start..end).step_by(PAGE as usize).map(page));
                     if request.direction == Direction::Promote {
                         shaped
                             .collapse_candidates
@@ -81,7 +84,9 @@ impl Executor {
                     }
                 }
                 None => {
-                    work.extend((start..end).step_by(PAGE as usize).map(page));
+                    shaped
+                        .pages
+                        .extend((start..end).step_by(PAGE as usize).map(page));
                     if request.direction == Direction::Promote && gran < HUGE_PAGE {
                         let (s, e) = huge_cover(start, end);
                         shaped
