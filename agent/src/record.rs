@@ -24,11 +24,13 @@ use std::{
     time::Duration,
 };
 
+use aya::maps::{MapData, RingBuf};
 use memtide_common::{AccessKind, AccessSample};
 use serde::Serialize;
 use tokio::{
     signal::unix::{SignalKind, signal},
     sync::mpsc,
+    task::JoinHandle,
 };
 
 use crate::sources::{
@@ -130,15 +132,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         .map(|&pid| Target::open(pid))
         .collect::<Result<Vec<_>, _>>()?;
 
-    let (kind, mut sampler, period) = start_sampler(&options)?;
-    for &pid in &options.pids {
-        sampler
-            .add_target(pid)
-            .map_err(|error| RecordError::NoSource(error.to_string()))?;
-    }
-    let ring = sampler
-        .take_ring()
-        .ok_or_else(|| RecordError::NoSource("the sampler's ring was already taken".into()))?;
+    let (kind, mut sampler, period, ring) = open_sampler(&options)?;
     tracing::info!(source = %kind, period, pids = ?options.pids, out = %options.out.display(), "recording");
 
     let partial = partial_path(&options.out);
@@ -146,40 +140,24 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         path: partial.clone(),
         source,
     };
-    let meta = TraceMeta {
-        record_weight: u32::try_from(period).unwrap_or(u32::MAX),
-        // PEBS (ldlat) and IBS (l3missonly) samples are the accesses the caches missed.
-        past_caches: matches!(kind, SourceKind::Pebs | SourceKind::Ibs),
-        live_samples: true,
-        time_marks: true,
-        ..TraceMeta::default()
+    let mut trace = Trace {
+        file: TraceFile::create(&partial, &trace_meta(kind, period)).map_err(output)?,
+        counts: Counts::default(),
+        index: options
+            .pids
+            .iter()
+            .enumerate()
+            .map(|(i, &pid)| (pid, i as u64))
+            .collect(),
     };
-    let mut writer = TraceFile::create(&partial, &meta).map_err(output)?;
     let started = tokio::time::Instant::now();
-
-    let counters = Arc::new(IngestCounters::default());
-    let mut router = SampleRouter::new(1024, Arc::clone(&counters));
-    let (samples_tx, mut samples_rx) = mpsc::channel::<TargetInput>(QUEUE_BATCHES);
-    router.apply(SampleRoute::SetDefault {
-        sender: Some(TargetChannel(samples_tx)),
-    });
-    let (control_tx, control_rx) = mpsc::unbounded_channel();
-    let ingest = tokio::spawn(run_sample_ring(ring, router, control_rx, DRAIN_INTERVAL));
-
-    let index: BTreeMap<u32, u64> = options
-        .pids
-        .iter()
-        .enumerate()
-        .map(|(i, &pid)| (pid, i as u64))
-        .collect();
-    let mut counts = Counts::default();
+    let mut ingest = Ingest::start(ring);
     let deadline = options.duration.map(|d| tokio::time::Instant::now() + d);
     let mut liveness = tokio::time::interval(LIVENESS_CHECK);
     let stopped_by = loop {
         tokio::select! {
-            Some(TargetInput::Samples(batch)) = samples_rx.recv() => {
-                writer.mark(started.elapsed()).map_err(output)?;
-                writer.write(&counts.convert(&batch, &index)).map_err(output)?;
+            Some(TargetInput::Samples(batch)) = ingest.samples.recv() => {
+                trace.write(&batch, started.elapsed()).map_err(output)?;
             }
             _ = terminate.recv() => break "SIGTERM",
             _ = interrupt.recv() => break "SIGINT",
@@ -199,28 +177,13 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     if let Err(error) = sampler.disable() {
         tracing::warn!(%error, "disabling the sampler; late samples may be left out");
     }
-    drop(control_tx);
-    let router = ingest
-        .await
-        .map_err(|error| RecordError::Ring(io::Error::other(error)))?
-        .map_err(RecordError::Ring)?;
-    drop(router);
-    while let Some(input) = samples_rx.recv().await {
-        if let TargetInput::Samples(batch) = input {
-            writer.mark(stopped).map_err(output)?;
-            writer
-                .write(&counts.convert(&batch, &index))
-                .map_err(output)?;
-        }
-    }
-    writer.mark(stopped).map_err(output)?;
-    let records = writer.finish().map_err(output)?;
+    let (counters, samples) = ingest.stop().await?;
+    let (records, counts) = trace.finish(samples, stopped).await.map_err(output)?;
     std::fs::rename(&partial, &options.out).map_err(|source| RecordError::Output {
         path: options.out.clone(),
         source,
     })?;
 
-    let dropped = dropped(&sampler, &counters);
     Ok(RecordSummary {
         path: options.out,
         source: kind.as_str().to_owned(),
@@ -229,9 +192,108 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
         records,
         loads: counts.loads,
         stores: counts.stores,
-        dropped,
+        dropped: dropped(&sampler, &counters),
         stopped_by: stopped_by.to_owned(),
     })
+}
+
+/// The sampler for `options`, following its targets, and its ring.
+fn open_sampler(
+    options: &RecordOptions,
+) -> Result<(SourceKind, Sampler, u64, RingBuf<MapData>), RecordError> {
+    let (kind, mut sampler, period) = start_sampler(options)?;
+    for &pid in &options.pids {
+        sampler
+            .add_target(pid)
+            .map_err(|error| RecordError::NoSource(error.to_string()))?;
+    }
+    let ring = sampler
+        .take_ring()
+        .ok_or_else(|| RecordError::NoSource("the sampler's ring was already taken".into()))?;
+    Ok((kind, sampler, period, ring))
+}
+
+/// What the trace says about its records.
+fn trace_meta(kind: SourceKind, period: u64) -> TraceMeta {
+    TraceMeta {
+        record_weight: u32::try_from(period).unwrap_or(u32::MAX),
+        // PEBS (ldlat) and IBS (l3missonly) samples are the accesses the caches missed.
+        past_caches: matches!(kind, SourceKind::Pebs | SourceKind::Ibs),
+        live_samples: true,
+        time_marks: true,
+        ..TraceMeta::default()
+    }
+}
+
+/// The daemon's ingest path with every sample routed to one queue.
+struct Ingest {
+    counters: Arc<IngestCounters>,
+    samples: mpsc::Receiver<TargetInput>,
+    control: mpsc::UnboundedSender<SampleRoute>,
+    task: JoinHandle<io::Result<SampleRouter>>,
+}
+
+impl Ingest {
+    fn start(ring: RingBuf<MapData>) -> Self {
+        let counters = Arc::new(IngestCounters::default());
+        let mut router = SampleRouter::new(1024, Arc::clone(&counters));
+        let (samples_tx, samples) = mpsc::channel::<TargetInput>(QUEUE_BATCHES);
+        router.apply(SampleRoute::SetDefault {
+            sender: Some(TargetChannel(samples_tx)),
+        });
+        let (control, control_rx) = mpsc::unbounded_channel();
+        let task = tokio::spawn(run_sample_ring(ring, router, control_rx, DRAIN_INTERVAL));
+        Self {
+            counters,
+            samples,
+            control,
+            task,
+        }
+    }
+
+    /// Drains the ring one last time and stops; returns the counters and the queue, with what
+    /// is still in it, to read until it ends.
+    async fn stop(self) -> Result<(Arc<IngestCounters>, mpsc::Receiver<TargetInput>), RecordError> {
+        drop(self.control);
+        let router = self
+            .task
+            .await
+            .map_err(|error| RecordError::Ring(io::Error::other(error)))?
+            .map_err(RecordError::Ring)?;
+        drop(router);
+        Ok((self.counters, self.samples))
+    }
+}
+
+/// The trace being written: its file, the counts by kind, and each process's index.
+struct Trace {
+    file: TraceFile,
+    counts: Counts,
+    index: BTreeMap<u32, u64>,
+}
+
+impl Trace {
+    /// `batch`, marked with the time it was taken at.
+    fn write(&mut self, batch: &[AccessSample], at: Duration) -> io::Result<()> {
+        self.file.mark(at)?;
+        self.file.write(&self.counts.convert(batch, &self.index))
+    }
+
+    /// Writes what is still queued in `samples`, all as taken at `stopped`, and finishes the
+    /// file; returns its record count and the counts by kind.
+    async fn finish(
+        mut self,
+        mut samples: mpsc::Receiver<TargetInput>,
+        stopped: Duration,
+    ) -> io::Result<(u64, Counts)> {
+        while let Some(input) = samples.recv().await {
+            if let TargetInput::Samples(batch) = input {
+                self.write(&batch, stopped)?;
+            }
+        }
+        self.file.mark(stopped)?;
+        Ok((self.file.finish()?, self.counts))
+    }
 }
 
 /// Refuses what cannot be recorded before anything starts.
