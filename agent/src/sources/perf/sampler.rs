@@ -8,7 +8,7 @@
 use std::{
     collections::BTreeMap,
     io,
-    os::fd::{AsFd as _, OwnedFd},
+    os::fd::{AsFd as _, BorrowedFd, OwnedFd},
 };
 
 use aya::{
@@ -223,6 +223,116 @@ pub struct Sampler {
     ebpf: Ebpf,
 }
 
+/// The BPF object with the sampler's configuration, and the programs `spec`'s events need
+/// loaded.
+fn load_programs(spec: &SamplerSpec) -> Result<Ebpf, SamplerError> {
+    let config = SamplerConfig {
+        source: spec.source as u8,
+        filter_by_target: u8::from(spec.filter_by_target),
+        _pad: [0; 2],
+        // An eighth of the ring: a wake-up drains thousands of samples, and the ring
+        // still has room for the drain timer's worth of samples after it.
+        wakeup_bytes: spec.ring_bytes / 8,
+    };
+    let mut loader = EbpfLoader::new();
+    loader
+        .override_global(names::GLOBAL_SAMPLER_CONFIG, &config, true)
+        .map_max_entries(names::MAP_SAMPLES, spec.ring_bytes);
+    let mut ebpf = bpf::load_object(&mut loader)?;
+
+    let mut needed: Vec<&'static str> = spec
+        .events
+        .iter()
+        .filter(|event| !event.group_leader)
+        .map(|event| program_for(event.kind))
+        .collect();
+    needed.sort_unstable();
+    needed.dedup();
+    for name in &needed {
+        let program: &mut PerfEvent = ebpf
+            .program_mut(name)
+            .ok_or(BpfError::MissingProgram(name))?
+            .try_into()
+            .map_err(|source| BpfError::Program { name, source })?;
+        program
+            .load()
+            .map_err(|source| BpfError::Program { name, source })?;
+    }
+    Ok(ebpf)
+}
+
+/// Opens `spec`'s events on every CPU and attaches each sampling one to its program: the
+/// events in the order they close (members before their leader), and the sampling ones.
+fn open_events(
+    spec: &SamplerSpec,
+    ebpf: &Ebpf,
+) -> Result<(Vec<OwnedFd>, Vec<SamplingEvent>), SamplerError> {
+    let plan = spec.open_plan();
+    let mut events = Vec::with_capacity(plan.len());
+    let mut sampling = Vec::with_capacity(plan.len());
+    // The leader opened last, until the spec after it has joined its group.
+    let mut leader: Option<(usize, OwnedFd)> = None;
+    for step in plan {
+        let (cpu, event) = (step.cpu, &spec.events[step.event]);
+        let group = match (&leader, step.leader) {
+            (Some((index, fd)), Some(wanted)) if *index == wanted => Some(fd.as_fd()),
+            _ => None,
+        };
+        let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
+        let fd = perf::open(&event.attr, -1, cpu_arg, group).map_err(|source| {
+            SamplerError::OpenEvent {
+                what: format!(
+                    "type {} config {:#x} period {}",
+                    event.attr.type_, event.attr.config, event.attr.sample_period
+                ),
+                cpu,
+                source,
+            }
+        })?;
+        // A leader whose member has been opened (or that has none) is done.
+        let finished = leader.take().map(|(_, fd)| fd);
+        if event.group_leader {
+            events.extend(finished);
+            leader = Some((step.event, fd));
+            continue;
+        }
+        attach(ebpf, program_for(event.kind), fd.as_fd(), cpu)?;
+        // Members before their leader: they close first on drop.
+        sampling.push(SamplingEvent {
+            index: events.len(),
+            base: event.attr.sample_period,
+            rule: event.period_rule,
+            kind: event.kind,
+        });
+        events.push(fd);
+        events.extend(finished);
+    }
+    events.extend(leader.map(|(_, fd)| fd));
+    Ok((events, sampling))
+}
+
+/// Attaches the loaded program `name` to the event `fd` on `cpu`.
+fn attach(
+    ebpf: &Ebpf,
+    name: &'static str,
+    fd: BorrowedFd<'_>,
+    cpu: u32,
+) -> Result<(), SamplerError> {
+    let program: &PerfEvent = ebpf
+        .program(name)
+        .ok_or(BpfError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| BpfError::Program { name, source })?;
+    let program_fd = program
+        .fd()
+        .map_err(|source| BpfError::Program { name, source })?;
+    perf::set_bpf(fd, program_fd.as_fd()).map_err(|source| SamplerError::Attach {
+        program: name,
+        cpu,
+        source,
+    })
+}
+
 impl std::fmt::Debug for Sampler {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sampler")
@@ -238,96 +348,8 @@ impl Sampler {
         if spec.events.iter().all(|event| event.group_leader) {
             return Err(SamplerError::NoEvents);
         }
-        let config = SamplerConfig {
-            source: spec.source as u8,
-            filter_by_target: u8::from(spec.filter_by_target),
-            _pad: [0; 2],
-            // An eighth of the ring: a wake-up drains thousands of samples, and the ring
-            // still has room for the drain timer's worth of samples after it.
-            wakeup_bytes: spec.ring_bytes / 8,
-        };
-        let mut loader = EbpfLoader::new();
-        loader
-            .override_global(names::GLOBAL_SAMPLER_CONFIG, &config, true)
-            .map_max_entries(names::MAP_SAMPLES, spec.ring_bytes);
-        let mut ebpf = bpf::load_object(&mut loader)?;
-
-        let mut needed: Vec<&'static str> = spec
-            .events
-            .iter()
-            .filter(|event| !event.group_leader)
-            .map(|event| program_for(event.kind))
-            .collect();
-        needed.sort_unstable();
-        needed.dedup();
-        for name in &needed {
-            let program: &mut PerfEvent = ebpf
-                .program_mut(name)
-                .ok_or(BpfError::MissingProgram(name))?
-                .try_into()
-                .map_err(|source| BpfError::Program { name, source })?;
-            program
-                .load()
-                .map_err(|source| BpfError::Program { name, source })?;
-        }
-
-        let plan = spec.open_plan();
-        let mut events = Vec::with_capacity(plan.len());
-        let mut sampling = Vec::with_capacity(plan.len());
-        // The leader opened last, until the spec after it has joined its group.
-        let mut leader: Option<(usize, OwnedFd)> = None;
-        for step in plan {
-            let (cpu, event) = (step.cpu, &spec.events[step.event]);
-            let group = match (&leader, step.leader) {
-                (Some((index, fd)), Some(wanted)) if *index == wanted => Some(fd.as_fd()),
-                _ => None,
-            };
-            let cpu_arg = i32::try_from(cpu).unwrap_or(i32::MAX);
-            let fd = perf::open(&event.attr, -1, cpu_arg, group).map_err(|source| {
-                SamplerError::OpenEvent {
-                    what: format!(
-                        "type {} config {:#x} period {}",
-                        event.attr.type_, event.attr.config, event.attr.sample_period
-                    ),
-                    cpu,
-                    source,
-                }
-            })?;
-            // A leader whose member has been opened (or that has none) is done.
-            let finished = leader.take().map(|(_, fd)| fd);
-            if event.group_leader {
-                events.extend(finished);
-                leader = Some((step.event, fd));
-                continue;
-            }
-            let name = program_for(event.kind);
-            let program: &PerfEvent = ebpf
-                .program(name)
-                .ok_or(BpfError::MissingProgram(name))?
-                .try_into()
-                .map_err(|source| BpfError::Program { name, source })?;
-            let program_fd = program
-                .fd()
-                .map_err(|source| BpfError::Program { name, source })?;
-            perf::set_bpf(fd.as_fd(), program_fd.as_fd()).map_err(|source| {
-                SamplerError::Attach {
-                    program: name,
-                    cpu,
-                    source,
-                }
-            })?;
-            // Members before their leader: they close first on drop.
-            sampling.push(SamplingEvent {
-                index: events.len(),
-                base: event.attr.sample_period,
-                rule: event.period_rule,
-                kind: event.kind,
-            });
-            events.push(fd);
-            events.extend(finished);
-        }
-        events.extend(leader.map(|(_, fd)| fd));
-
+        let mut ebpf = load_programs(spec)?;
+        let (events, sampling) = open_events(spec, &ebpf)?;
         let targets = bpf::take_map(&mut ebpf, names::MAP_TARGETS)?;
         let drops = bpf::take_map(&mut ebpf, names::MAP_DROPS)?;
         let ring = bpf::take_map(&mut ebpf, names::MAP_SAMPLES)?;
