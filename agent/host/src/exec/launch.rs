@@ -136,17 +136,8 @@ pub fn plan(
     } else {
         t.classes.fast.clone()
     };
-    let slow = t.classes.slow.clone();
-    let policy = |mode, name, nodes: Vec<u32>, explanation: String| LaunchPolicy {
-        mode,
-        mode_name: name,
-        nodes,
-        weights: BTreeMap::new(),
-        fallback: None,
-        explanation,
-    };
     Ok(match placement {
-        Placement::Interleave => policy(
+        Placement::Interleave => LaunchPolicy::simple(
             Mode::Interleave,
             "interleave",
             all.clone(),
@@ -154,7 +145,7 @@ pub fn plan(
         ),
         Placement::FastFirst => {
             let best = t.classes.best_node(&t.topology, true).unwrap_or(fast[0]);
-            let mut p = policy(
+            let mut p = LaunchPolicy::simple(
                 Mode::PreferredMany,
                 "preferred-many",
                 fast.clone(),
@@ -163,71 +154,92 @@ pub fn plan(
             p.fallback = Some((Mode::Preferred, vec![best]));
             p
         }
-        Placement::BwAware => {
-            let bandwidth: Option<Vec<(u32, u64)>> = all
+        Placement::BwAware => bw_aware(t, all, &fast, weighted_available),
+    })
+}
+
+impl LaunchPolicy {
+    /// A policy of one mode over `nodes`, without weights or a fallback.
+    fn simple(mode: Mode, mode_name: &'static str, nodes: Vec<u32>, explanation: String) -> Self {
+        Self {
+            mode,
+            mode_name,
+            nodes,
+            weights: BTreeMap::new(),
+            fallback: None,
+            explanation,
+        }
+    }
+}
+
+/// `bw-aware`: interleave weighted by HMAT read bandwidth where the kernel can, else the
+/// plain interleave (or the preferred node) closest to the fast tier's share of bandwidth.
+fn bw_aware(
+    t: &TieredTopology,
+    all: Vec<u32>,
+    fast: &[u32],
+    weighted_available: bool,
+) -> LaunchPolicy {
+    let bandwidth: Option<Vec<(u32, u64)>> = all
+        .iter()
+        .map(|&id| {
+            t.attrs
                 .iter()
-                .map(|&id| {
-                    t.attrs
-                        .iter()
-                        .find(|a| a.id == id)
-                        .and_then(|a| a.hmat)
-                        .and_then(|h| h.read_bandwidth)
-                        .map(|b| (id, b))
-                })
-                .collect();
-            match bandwidth {
-                None => policy(
+                .find(|a| a.id == id)
+                .and_then(|a| a.hmat)
+                .and_then(|h| h.read_bandwidth)
+                .map(|b| (id, b))
+        })
+        .collect();
+    match bandwidth {
+        None => LaunchPolicy::simple(
+            Mode::Interleave,
+            "interleave",
+            all,
+            "bw-aware: no HMAT bandwidth for every node; plain interleave over all nodes"
+                .to_owned(),
+        ),
+        Some(bw) if weighted_available => {
+            let weights = bandwidth_weights(&bw);
+            let mut p = LaunchPolicy::simple(
+                Mode::WeightedInterleave,
+                "weighted-interleave",
+                all,
+                format!("bw-aware: weighted interleave, weights from HMAT bandwidth {weights:?}"),
+            );
+            p.weights = weights;
+            p
+        }
+        Some(bw) => {
+            let total: u64 = bw.iter().map(|&(_, b)| b).sum();
+            let fast_bw: u64 = bw
+                .iter()
+                .filter(|(id, _)| fast.contains(id))
+                .map(|&(_, b)| b)
+                .sum();
+            let share = fast_bw as f64 / total.max(1) as f64;
+            let nodes = interleave_subset(fast, &t.classes.slow, share);
+            if nodes.len() == 1 {
+                LaunchPolicy::simple(
+                    Mode::Preferred,
+                    "preferred",
+                    nodes,
+                    format!(
+                        "bw-aware: fast share {share:.2} is closest to all-fast; prefer the fast node (no weighted interleave here)"
+                    ),
+                )
+            } else {
+                LaunchPolicy::simple(
                     Mode::Interleave,
                     "interleave",
-                    all,
-                    "bw-aware: no HMAT bandwidth for every node; plain interleave over all nodes"
-                        .to_owned(),
-                ),
-                Some(bw) if weighted_available => {
-                    let weights = bandwidth_weights(&bw);
-                    let mut p = policy(
-                        Mode::WeightedInterleave,
-                        "weighted-interleave",
-                        all,
-                        format!(
-                            "bw-aware: weighted interleave, weights from HMAT bandwidth {weights:?}"
-                        ),
-                    );
-                    p.weights = weights;
-                    p
-                }
-                Some(bw) => {
-                    let total: u64 = bw.iter().map(|&(_, b)| b).sum();
-                    let fast_bw: u64 = bw
-                        .iter()
-                        .filter(|(id, _)| fast.contains(id))
-                        .map(|&(_, b)| b)
-                        .sum();
-                    let share = fast_bw as f64 / total.max(1) as f64;
-                    let nodes = interleave_subset(&fast, &slow, share);
-                    if nodes.len() == 1 {
-                        policy(
-                            Mode::Preferred,
-                            "preferred",
-                            nodes,
-                            format!(
-                                "bw-aware: fast share {share:.2} is closest to all-fast; prefer the fast node (no weighted interleave here)"
-                            ),
-                        )
-                    } else {
-                        policy(
-                            Mode::Interleave,
-                            "interleave",
-                            nodes.clone(),
-                            format!(
-                                "bw-aware: interleave over {nodes:?} approximates fast share {share:.2} (no weighted interleave here)"
-                            ),
-                        )
-                    }
-                }
+                    nodes.clone(),
+                    format!(
+                        "bw-aware: interleave over {nodes:?} approximates fast share {share:.2} (no weighted interleave here)"
+                    ),
+                )
             }
         }
-    })
+    }
 }
 
 /// Writes the weighted-interleave weights (only called when the user asked for it).
