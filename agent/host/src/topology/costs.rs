@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use memtide_config::NodeCostOverride;
 use serde::{Deserialize, Serialize};
 
-use super::tiering::TieredTopology;
+use super::tiering::{Hmat, TieredTopology};
 
 /// Where a node's costs came from (the most trusted source that gave any field).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -82,9 +82,6 @@ pub fn node_costs(
         .iter()
         .enumerate()
         .map(|(position, node)| {
-            let over = overrides.iter().find(|o| o.node == node.id);
-            let attrs = tiered.attrs.iter().find(|a| a.id == node.id);
-            let hmat = attrs.and_then(|a| a.hmat);
             // Distance from the nearest node with CPUs: node `c`'s row, column `position`.
             let slit = cpu_positions
                 .iter()
@@ -95,55 +92,76 @@ pub fn node_costs(
                 .min()
                 .filter(|&d| d >= 10)
                 .map(|d| f64::from(d) / 10.0);
-            let mut source = CostSource::Default;
-            let mut pick = |config: Option<u64>, firmware: Option<u64>, model: Option<f64>| {
-                let (value, from) = if let Some(v) = config {
-                    (Some(v as f64), CostSource::Config)
-                } else if let Some(v) = firmware {
-                    (Some(v as f64), CostSource::Hmat)
-                } else if let Some(v) = model {
-                    (Some(v), CostSource::Slit)
-                } else {
-                    (None, CostSource::Default)
-                };
-                source = source.min(from);
-                value
-            };
-            let read_latency_ns = pick(
-                over.and_then(|o| o.read_latency_ns),
-                hmat.and_then(|h| h.read_latency),
-                slit.map(|ratio| ratio * local.read_ns),
-            );
-            let write_latency_ns = pick(
-                over.and_then(|o| o.write_latency_ns),
-                hmat.and_then(|h| h.write_latency),
-                slit.map(|ratio| ratio * local.write_ns),
-            );
-            let read_bandwidth_bytes_per_s = pick(
-                over.and_then(|o| o.read_bandwidth_mbps),
-                hmat.and_then(|h| h.read_bandwidth),
-                None,
-            )
-            .map(|mbps| mbps * 1e6);
-            let write_bandwidth_bytes_per_s = pick(
-                over.and_then(|o| o.write_bandwidth_mbps),
-                hmat.and_then(|h| h.write_bandwidth),
-                None,
-            )
-            .map(|mbps| mbps * 1e6);
-            (
+            let cost = NodeCost::chosen(
                 node.id,
-                NodeCost {
-                    node: node.id,
-                    read_latency_ns,
-                    write_latency_ns,
-                    read_bandwidth_bytes_per_s,
-                    write_bandwidth_bytes_per_s,
-                    source,
-                },
-            )
+                overrides.iter().find(|o| o.node == node.id),
+                tiered
+                    .attrs
+                    .iter()
+                    .find(|a| a.id == node.id)
+                    .and_then(|a| a.hmat),
+                slit.map(|ratio| (ratio * local.read_ns, ratio * local.write_ns)),
+            );
+            (node.id, cost)
         })
         .collect()
+}
+
+impl NodeCost {
+    /// Node `node`'s costs, each from the first that knows it: the configuration (`over`), the
+    /// firmware (`hmat`), the SLIT model's read and write latencies (`slit`). `source` names
+    /// the least trusted of those used.
+    fn chosen(
+        node: u32,
+        over: Option<&NodeCostOverride>,
+        hmat: Option<Hmat>,
+        slit: Option<(f64, f64)>,
+    ) -> Self {
+        let mut source = CostSource::Default;
+        let mut pick = |config: Option<u64>, firmware: Option<u64>, model: Option<f64>| {
+            let (value, from) = if let Some(v) = config {
+                (Some(v as f64), CostSource::Config)
+            } else if let Some(v) = firmware {
+                (Some(v as f64), CostSource::Hmat)
+            } else if let Some(v) = model {
+                (Some(v), CostSource::Slit)
+            } else {
+                (None, CostSource::Default)
+            };
+            source = source.min(from);
+            value
+        };
+        let read_latency_ns = pick(
+            over.and_then(|o| o.read_latency_ns),
+            hmat.and_then(|h| h.read_latency),
+            slit.map(|(read, _)| read),
+        );
+        let write_latency_ns = pick(
+            over.and_then(|o| o.write_latency_ns),
+            hmat.and_then(|h| h.write_latency),
+            slit.map(|(_, write)| write),
+        );
+        let read_bandwidth_bytes_per_s = pick(
+            over.and_then(|o| o.read_bandwidth_mbps),
+            hmat.and_then(|h| h.read_bandwidth),
+            None,
+        )
+        .map(|mbps| mbps * 1e6);
+        let write_bandwidth_bytes_per_s = pick(
+            over.and_then(|o| o.write_bandwidth_mbps),
+            hmat.and_then(|h| h.write_bandwidth),
+            None,
+        )
+        .map(|mbps| mbps * 1e6);
+        Self {
+            node,
+            read_latency_ns,
+            write_latency_ns,
+            read_bandwidth_bytes_per_s,
+            write_bandwidth_bytes_per_s,
+            source,
+        }
+    }
 }
 
 #[cfg(test)]
