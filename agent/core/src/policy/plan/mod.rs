@@ -256,13 +256,7 @@ impl Planner {
         let scale = self.scale(hot);
         let (learns, epoch_change) = self.learn_once(hot, cap);
         let costs = self.costs(cap);
-        let pc = &self.cfg;
-        self.marks.prune(
-            epoch,
-            pc.capacity
-                .hysteresis_epochs
-                .max(pc.benefit.pingpong_window_epochs),
-        );
+        self.prune_marks(epoch);
         let candidates = self.promotion_candidates(hot, (view, cap), &costs, scale, epoch);
         let target = self.granularity.current();
         let would_promote: u64 = candidates.iter().map(|c| c.need).sum();
@@ -325,6 +319,17 @@ impl Planner {
             fast_share_target: share_target,
             fast_share,
         }
+    }
+
+    /// Forgets the moves older than both the hysteresis and the ping-pong window look back.
+    fn prune_marks(&mut self, epoch: u64) {
+        let pc = &self.cfg;
+        self.marks.prune(
+            epoch,
+            pc.capacity
+                .hysteresis_epochs
+                .max(pc.benefit.pingpong_window_epochs),
+        );
     }
 
     /// Stage 1's counts per interval and stage 2's per epoch, in accesses per epoch.

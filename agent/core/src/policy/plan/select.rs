@@ -103,6 +103,19 @@ pub(super) struct Selection<'a> {
     out: Outcome,
 }
 
+/// Victims picked to make room for one candidate, with their summed counts.
+struct Picked {
+    victims: Vec<Victim>,
+    freed: u64,
+    reads: f64,
+    writes: f64,
+    split: f64,
+    /// Where the next candidate's search for victims starts.
+    next: usize,
+    /// What is left of a run of cold pages this candidate took only part of.
+    rest_of_run: Option<Victim>,
+}
+
 /// How a promotion that needs evictions ended.
 enum Swap {
     Done,
@@ -193,42 +206,63 @@ impl<'a> Selection<'a> {
         }
     }
 
-    /// Eq. (2): evicts the coldest victims until `c` fits, if it is worth it. `later` are the
-    /// candidates after `c`, which may ride along in room a whole evicted superpage frees.
-    fn swap(&mut self, c: &Candidate, later: &[Candidate]) -> Swap {
-        let mut picked = Vec::new();
-        let (mut freed, mut vr, mut vw, mut vsplit) = (0u64, 0.0, 0.0, 0.0);
-        let mut j = self.next_victim;
+    /// The coldest victims that make room for `c`, from `next_victim` on; `None` when there
+    /// are not enough (or the demotion budget runs out first).
+    fn pick_victims(&self, c: &Candidate) -> Option<Picked> {
+        let mut picked = Picked {
+            victims: Vec::new(),
+            freed: 0,
+            reads: 0.0,
+            writes: 0.0,
+            split: 0.0,
+            next: self.next_victim,
+            rest_of_run: None,
+        };
+        let freed_enough = |freed: u64| self.room + i128::from(freed) >= i128::from(c.need);
         // A run of cold 4 KiB pages longer than what is still missing gives up only that much
         // (its counts pro rata); the rest stays a victim for the next candidates.
-        let mut rest_of_run = None;
-        while self.room + i128::from(freed) < i128::from(c.need) && j < self.victims.len() {
-            let v = self.victims[j];
+        while !freed_enough(picked.freed) && picked.next < self.victims.len() {
+            let v = self.victims[picked.next];
             if self.out.promoted_sps.contains(&v.sp)
                 || v.sp == c.sp
-                || freed + v.len > self.demote_budget
+                || picked.freed + v.len > self.demote_budget
             {
-                j += 1;
+                picked.next += 1;
                 continue;
             }
-            let missing = u64::try_from(i128::from(c.need) - self.room - i128::from(freed))
+            let missing = u64::try_from(i128::from(c.need) - self.room - i128::from(picked.freed))
                 .unwrap_or(0)
                 .next_multiple_of(PAGE_SIZE);
             let (part, rest) = v.take(missing);
-            picked.push(part);
-            freed += part.len;
-            vr += part.reads;
-            vw += part.writes;
-            vsplit += part.split;
+            picked.victims.push(part);
+            picked.freed += part.len;
+            picked.reads += part.reads;
+            picked.writes += part.writes;
+            picked.split += part.split;
             if let Some(rest) = rest {
-                rest_of_run = Some(rest);
+                picked.rest_of_run = Some(rest);
             } else {
-                j += 1;
+                picked.next += 1;
             }
         }
-        if self.room + i128::from(freed) < i128::from(c.need) {
+        freed_enough(picked.freed).then_some(picked)
+    }
+
+    /// Eq. (2): evicts the coldest victims until `c` fits, if it is worth it. `later` are the
+    /// candidates after `c`, which may ride along in room a whole evicted superpage frees.
+    fn swap(&mut self, c: &Candidate, later: &[Candidate]) -> Swap {
+        let Some(Picked {
+            victims: picked,
+            freed,
+            reads: vr,
+            writes: vw,
+            split: vsplit,
+            next: j,
+            rest_of_run,
+        }) = self.pick_victims(c)
+        else {
             return Swap::Stop;
-        }
+        };
         // A whole superpage frees more than one candidate needs. When it had no sample at all
         // this epoch, the candidates after this one that fit in the surplus share its cost
         // (Eq. 2 over the group): a 64 KiB chunk alone never pays for copying out 2 MiB, so a
