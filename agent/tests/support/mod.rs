@@ -98,7 +98,7 @@ pub(crate) fn memtide_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_memtide"))
 }
 
-/// A running `memtide-workload` (see agent/src/bin/workload.rs), driven line by line.
+/// A running `memtide-workload` (see agent/src/bin/workload/), driven line by line.
 pub(crate) struct Workload {
     child: Child,
     stdin: ChildStdin,
