@@ -11,12 +11,10 @@ use std::{
 use memtide_core::{
     engine::EngineStats,
     policy::{CapacityView, FastShare, Plan},
-    units::{Direction, PAGE_SIZE},
+    units::Direction,
 };
 use memtide_host::{
-    exec::{
-        ExecReport, KernelBackend, MoveRequest, TierNodes, pages_on_destination, requests_from_plan,
-    },
+    exec::ExecReport,
     sys::process,
     targets::{Target, TargetError, placement::TierPlacement},
     topology::{ThpMode, Topology},
@@ -24,7 +22,6 @@ use memtide_host::{
 
 use super::{
     State,
-    homes::busiest_node,
     observe::AssumedView,
     query::{self, Mappings, QUERY_BUDGET_PAGES},
     resident::Resident,
@@ -436,7 +433,7 @@ impl State {
 
     /// Bytes of the target on the fast nodes: numa_maps' last reading, moved by what memtide
     /// moved since.
-    fn fast_held(&self) -> u64 {
+    pub(super) fn fast_held(&self) -> u64 {
         self.planning
             .resident
             .as_ref()
@@ -457,97 +454,6 @@ impl State {
             );
         }
     }
-
-    /// The plan's moves as requests for concrete nodes: with more than one node per tier,
-    /// each superpage's to the nodes near the CPUs that access it (`homes`).
-    fn requests(&self, plan: &Plan, nodes: TierNodes) -> Vec<MoveRequest> {
-        let Some(locality) = &self.spec.locality else {
-            return requests_from_plan(plan, nodes);
-        };
-        // Read only if a superpage has no vote: thousands of threads are thousands of files.
-        let fallback = || {
-            self.target
-                .thread_cpus()
-                .ok()
-                .and_then(|cpus| busiest_node(&cpus, locality))
-        };
-        let machine = self.spec.machine.read(&self.spec.root);
-        let slow_room = self
-            .spec
-            .slow_nodes
-            .iter()
-            .filter_map(|&id| machine.topology.as_ref()?.node(id))
-            .map(|node| {
-                let room =
-                    room_above_floor(node, &machine.watermarks, self.spec.exec.reserve_bytes);
-                (node.id, room)
-            })
-            .collect();
-        self.planning
-            .homes
-            .requests(plan, locality, fallback, slow_room)
-    }
-
-    fn execute(&mut self, plan: &Plan, nodes: TierNodes) -> Result<ExecReport, String> {
-        let requests = self.requests(plan, nodes);
-        let mut backend =
-            KernelBackend::new(&self.target, self.spec.root.clone()).map_err(|e| e.to_string())?;
-        let Some(share) = self.planning.share.bytes else {
-            return self
-                .executor
-                .execute(&mut backend, &requests, Instant::now())
-                .map_err(|e| e.to_string());
-        };
-        // A bounded target's swaps promote only what their demotions really freed: a victim
-        // that cannot move (a library page other processes map too) must not let the target
-        // past its share.
-        self.executor
-            .drop_retries(self.spec.pid, Direction::Promote);
-        let (demotions, promotions): (Vec<_>, Vec<_>) = requests
-            .into_iter()
-            .partition(|request| request.direction == Direction::Demote);
-        // Nor a victim already in the slow tier (the kernel's own demotion, another agent):
-        // the executor counts it as moved, and it freed nothing. Asked before the demotions,
-        // for a bounded target only: the query walks the pages' tables once more. A failed
-        // query (the target exiting) counts none; the demotions then report the exit.
-        let already_placed = pages_on_destination(&mut backend, &demotions).unwrap_or(0);
-        let mut report = self
-            .executor
-            .execute(&mut backend, &demotions, Instant::now())
-            .map_err(|e| e.to_string())?;
-        report.demote.pages_already_placed = already_placed.min(report.demote.pages_moved);
-        if report.aborted.is_some() {
-            return Ok(report);
-        }
-        let held = self.fast_held();
-        let demoted = report.demote.pages_relocated() * PAGE_SIZE;
-        let room = share.saturating_sub(held.saturating_sub(demoted));
-        let affordable = within(promotions, room);
-        if !affordable.is_empty() {
-            let promoted = self
-                .executor
-                .execute(&mut backend, &affordable, Instant::now())
-                .map_err(|e| e.to_string())?;
-            report.add(&promoted);
-        }
-        Ok(report)
-    }
-}
-
-/// The first of `promotions` that `room` bytes pay for, the last one cut to the room (in whole
-/// units of its granularity).
-fn within(promotions: Vec<MoveRequest>, mut room: u64) -> Vec<MoveRequest> {
-    let mut affordable = Vec::with_capacity(promotions.len());
-    for mut request in promotions {
-        let unit = request.granularity.max(PAGE_SIZE);
-        request.len = request.len.min(room / unit * unit);
-        if request.len == 0 {
-            continue;
-        }
-        room -= request.len;
-        affordable.push(request);
-    }
-    affordable
 }
 
 /// The tiers' sizes and the free memory migrations may use: on each node, what is free above
@@ -584,7 +490,7 @@ pub(super) fn capacity_from(
 
 /// What migrations may fill on `node`: its free memory above its zones' high watermark plus
 /// the executor's reserve.
-fn room_above_floor(
+pub(super) fn room_above_floor(
     node: &memtide_host::topology::Node,
     watermarks: &BTreeMap<u32, memtide_host::exec::watermark::NodeWatermarks>,
     reserve: u64,

@@ -3,6 +3,7 @@
 //! epoch did is then published to metrics and status.
 //!
 //! - `epoch`: one epoch (placement, tier views, plan, execution) → an outcome;
+//! - `execute`: the plan's moves as requests for nodes, and a bounded target's swaps;
 //! - `report`: the outcome → metrics and the target's `/status` row;
 //! - `views`: the epoch's accesses and hot set by tier; `observe`: observe mode's assumed moves;
 //! - `density`: the samples per second (and per GiB) the target is getting.
@@ -13,6 +14,7 @@
 
 mod density;
 mod epoch;
+mod execute;
 mod homes;
 mod machine;
 mod observe;
