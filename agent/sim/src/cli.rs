@@ -392,20 +392,7 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
         .with_context(|| reading(&file.path))?
         .meta()
         .clone();
-    if meta.live_samples {
-        if args.cpus.is_some() {
-            return Err(usage(format!(
-                "--cpus: {} is a recording, whose records are samples already (no server's \
-                 density applies to them); --sample-rate N keeps one in N of them",
-                path.display()
-            )));
-        }
-        // Every recorded sample is one the agent's sampler delivered: thinning them again
-        // would leave the policy a density no agent runs at.
-        cfg.sample_rate = args.sample_rate.unwrap_or(1);
-    } else if args.sample_rate.is_none() {
-        cfg.sample_rate = modelled_sample_rate(&meta, args.cpus);
-    }
+    cfg.sample_rate = trace_sample_rate(args, &meta, path, cfg.sample_rate)?;
     let spec = Repeated {
         inner: Arc::new(file),
         passes: args.repeat,
@@ -420,25 +407,58 @@ pub fn sim(args: &SimArgs) -> anyhow::Result<()> {
             policy.name()
         )
     })?;
-    let first_epoch_ms = super::policy::engine_config_with(&preset, cfg.engine_overrides.as_ref())
-        .map_or(EpochConfig::default().initial_ms, |c| {
-            c.policy.epoch.initial_ms
-        });
-    let short = r.simulated_clock_s < 2.0 * first_epoch_ms as f64 / 1000.0;
-    if meta.live_samples {
-        recording_notes(&r, &cfg, short);
-    } else if short {
-        eprintln!(
-            "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
-            r.simulated_clock_s, r.memory_records, r.record_weight, cfg.access_ns
-        );
-    }
+    run_notes(&r, &cfg, &preset, meta.live_samples);
     if args.json {
         println!("{}", serde_json::to_string(&r)?);
     } else {
         print_text(&r);
     }
     Ok(())
+}
+
+/// One sample per how many records of the trace at `path` (with `meta`) the run takes: a
+/// recording's samples all (or one in `--sample-rate`), a trace of accesses the density
+/// `--cpus` models, unless `--sample-rate` says; `configured` otherwise.
+fn trace_sample_rate(
+    args: &SimArgs,
+    meta: &TraceMeta,
+    path: &Path,
+    configured: u32,
+) -> anyhow::Result<u32> {
+    if meta.live_samples {
+        if args.cpus.is_some() {
+            return Err(usage(format!(
+                "--cpus: {} is a recording, whose records are samples already (no server's \
+                 density applies to them); --sample-rate N keeps one in N of them",
+                path.display()
+            )));
+        }
+        // Every recorded sample is one the agent's sampler delivered: thinning them again
+        // would leave the policy a density no agent runs at.
+        Ok(args.sample_rate.unwrap_or(1))
+    } else if args.sample_rate.is_none() {
+        Ok(modelled_sample_rate(meta, args.cpus))
+    } else {
+        Ok(configured)
+    }
+}
+
+/// What a reader of the run's figures should know (on stderr): a recording's notes, or that
+/// the trace spans less than two of the engine's first epochs.
+fn run_notes(r: &super::run::SimResult, cfg: &SimConfig, preset: &Preset, recording: bool) {
+    let first_epoch_ms = super::policy::engine_config_with(preset, cfg.engine_overrides.as_ref())
+        .map_or(EpochConfig::default().initial_ms, |c| {
+            c.policy.epoch.initial_ms
+        });
+    let short = r.simulated_clock_s < 2.0 * first_epoch_ms as f64 / 1000.0;
+    if recording {
+        recording_notes(r, cfg, short);
+    } else if short {
+        eprintln!(
+            "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
+            r.simulated_clock_s, r.memory_records, r.record_weight, cfg.access_ns
+        );
+    }
 }
 
 /// The sample rate of the density the agent's defaults give a busy server of `cpus` CPUs
