@@ -117,6 +117,46 @@ impl Memtis {
             })
     }
 
+    /// Adapts the bins and, when base pages would serve the fast tier better than its huge
+    /// pages (the estimated hit ratio 5 % over the real one), splits up to 16 of the most
+    /// skewed huge pages.
+    fn adapt_and_split(&mut self, model: &mut TierModel) {
+        self.adapt(model);
+        let cap_pages = (model.fast_capacity_bytes() / PAGE_SIZE) as usize;
+        let mut base: Vec<u32> = Vec::new();
+        let mut huge: Vec<u32> = Vec::new();
+        for s in model.superpages() {
+            if let Some(c) = self.counts.get(&s.sp) {
+                base.extend(c.iter().copied().filter(|&x| x > 0));
+                huge.push(c.iter().sum());
+            }
+        }
+        let total: u64 = base.iter().map(|&x| u64::from(x)).sum();
+        let top = |v: &mut Vec<u32>, n: usize| -> u64 {
+            v.sort_unstable_by(|a, b| b.cmp(a));
+            v.iter().take(n).map(|&x| u64::from(x)).sum()
+        };
+        let ehr = top(&mut base, cap_pages);
+        let rhr = top(&mut huge, cap_pages / SUBPAGES);
+        if total > 0 && ehr as f64 > rhr as f64 * 1.05 {
+            let mut skewed: Vec<(u64, usize)> = model
+                .superpages()
+                .iter()
+                .enumerate()
+                .filter(|(_, s)| s.huge)
+                .filter_map(|(i, s)| {
+                    let c = self.counts.get(&s.sp)?;
+                    let (t, share) = Self::skew(c);
+                    (share >= 0.5).then_some((t, i))
+                })
+                .collect();
+            skewed.sort_unstable_by(|a, b| b.cmp(a));
+            for (_, i) in skewed.into_iter().take(16) {
+                model.split(i);
+            }
+        }
+    }
+
     fn adapt(&mut self, model: &TierModel) {
         let mut hist = [0u64; 16];
         for (_, page, count) in self.units(model) {
@@ -189,40 +229,7 @@ impl SimPolicy for Memtis {
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         if self.need_adapt {
             self.need_adapt = false;
-            self.adapt(model);
-            let cap_pages = (model.fast_capacity_bytes() / PAGE_SIZE) as usize;
-            let mut base: Vec<u32> = Vec::new();
-            let mut huge: Vec<u32> = Vec::new();
-            for s in model.superpages() {
-                if let Some(c) = self.counts.get(&s.sp) {
-                    base.extend(c.iter().copied().filter(|&x| x > 0));
-                    huge.push(c.iter().sum());
-                }
-            }
-            let total: u64 = base.iter().map(|&x| u64::from(x)).sum();
-            let top = |v: &mut Vec<u32>, n: usize| -> u64 {
-                v.sort_unstable_by(|a, b| b.cmp(a));
-                v.iter().take(n).map(|&x| u64::from(x)).sum()
-            };
-            let ehr = top(&mut base, cap_pages);
-            let rhr = top(&mut huge, cap_pages / SUBPAGES);
-            if total > 0 && ehr as f64 > rhr as f64 * 1.05 {
-                let mut skewed: Vec<(u64, usize)> = model
-                    .superpages()
-                    .iter()
-                    .enumerate()
-                    .filter(|(_, s)| s.huge)
-                    .filter_map(|(i, s)| {
-                        let c = self.counts.get(&s.sp)?;
-                        let (t, share) = Self::skew(c);
-                        (share >= 0.5).then_some((t, i))
-                    })
-                    .collect();
-                skewed.sort_unstable_by(|a, b| b.cmp(a));
-                for (_, i) in skewed.into_iter().take(16) {
-                    model.split(i);
-                }
-            }
+            self.adapt_and_split(model);
         }
         if clock.now < self.last + self.period {
             return;
