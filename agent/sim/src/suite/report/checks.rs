@@ -217,50 +217,7 @@ impl Report<'_> {
             let gap = mean_gap(&draws);
             all_within &= gap <= 0.05;
             if w == "strided-reuse" {
-                let reuse_ms = self
-                    .main(w, PolicyName::Memtide)
-                    .map_or(0.0, |r| r.simulated_clock_s * 1000.0 / 6.0);
-                // A dip: an interior epoch whose hit ratio is below both neighbours' best.
-                let dips: Vec<u64> = sweep
-                    .windows(3)
-                    .filter(|x| {
-                        x[1].1 < x[0].1 && x[1].1 < x[2].1 || x[1].1 < x[0].1.min(x[2].1) - 0.005
-                    })
-                    .map(|x| x[1].0)
-                    .collect();
-                let below: Vec<u64> = dips
-                    .iter()
-                    .copied()
-                    .filter(|&ms| (ms as f64) <= reuse_ms * 1.5)
-                    .collect();
-                dip_seen = !below.is_empty();
-                let short: Vec<f64> = sweep
-                    .iter()
-                    .filter(|x| (x.0 as f64) < reuse_ms)
-                    .map(|x| x.1)
-                    .collect();
-                let best_hit = sweep.iter().map(|x| x.1).fold(0.0, f64::max);
-                let short_max = short.iter().copied().fold(0.0, f64::max);
-                let _ = writeln!(
-                    epoch_lines,
-                    "  - `strided-reuse`: epochs shorter than the reuse distance reach at most {short_max:.3} against {best_hit:.3} for the best epoch ({}), but the curve has {} interior local minimum (Doudali's dip at the reuse distance).",
-                    if short_max < best_hit {
-                        "lower"
-                    } else {
-                        "not lower"
-                    },
-                    if dips.is_empty() { "no" } else { "an" }
-                );
-                let _ = writeln!(
-                    epoch_lines,
-                    "  - `strided-reuse` (reuse distance {reuse_ms:.0} ms): hit ratio by epoch {}; local minima at {:?} ms.",
-                    sweep
-                        .iter()
-                        .map(|(ms, h, _)| format!("{ms} ms: {h:.3}"))
-                        .collect::<Vec<_>>()
-                        .join(", "),
-                    dips
-                );
+                dip_seen = self.reuse_dip(&sweep, &mut epoch_lines);
             }
             let each: Vec<String> = draws
                 .iter()
@@ -284,6 +241,54 @@ impl Report<'_> {
             verdict(dip_seen),
             verdict(all_within)
         );
+    }
+
+    /// `strided-reuse`'s fixed-epoch `sweep` (epoch ms, hit ratio, projected time): whether its
+    /// hit ratio dips at an epoch at or below the reuse distance, with the lines that say so
+    /// added to `lines`.
+    fn reuse_dip(&self, sweep: &[(u64, f64, f64)], lines: &mut String) -> bool {
+        let reuse_ms = self
+            .main("strided-reuse", PolicyName::Memtide)
+            .map_or(0.0, |r| r.simulated_clock_s * 1000.0 / 6.0);
+        // A dip: an interior epoch whose hit ratio is below both neighbours' best.
+        let dips: Vec<u64> = sweep
+            .windows(3)
+            .filter(|x| x[1].1 < x[0].1 && x[1].1 < x[2].1 || x[1].1 < x[0].1.min(x[2].1) - 0.005)
+            .map(|x| x[1].0)
+            .collect();
+        let below: Vec<u64> = dips
+            .iter()
+            .copied()
+            .filter(|&ms| (ms as f64) <= reuse_ms * 1.5)
+            .collect();
+        let short: Vec<f64> = sweep
+            .iter()
+            .filter(|x| (x.0 as f64) < reuse_ms)
+            .map(|x| x.1)
+            .collect();
+        let best_hit = sweep.iter().map(|x| x.1).fold(0.0, f64::max);
+        let short_max = short.iter().copied().fold(0.0, f64::max);
+        let _ = writeln!(
+            lines,
+            "  - `strided-reuse`: epochs shorter than the reuse distance reach at most {short_max:.3} against {best_hit:.3} for the best epoch ({}), but the curve has {} interior local minimum (Doudali's dip at the reuse distance).",
+            if short_max < best_hit {
+                "lower"
+            } else {
+                "not lower"
+            },
+            if dips.is_empty() { "no" } else { "an" }
+        );
+        let _ = writeln!(
+            lines,
+            "  - `strided-reuse` (reuse distance {reuse_ms:.0} ms): hit ratio by epoch {}; local minima at {:?} ms.",
+            sweep
+                .iter()
+                .map(|(ms, h, _)| format!("{ms} ms: {h:.3}"))
+                .collect::<Vec<_>>()
+                .join(", "),
+            dips
+        );
+        !below.is_empty()
     }
 
     /// Sparse superpages, writes in the fast tier (Memos) and the BW-AWARE share.
