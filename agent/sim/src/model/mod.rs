@@ -70,6 +70,35 @@ pub struct Superpage {
 }
 
 impl Superpage {
+    /// Puts `pages` in `to`, stamping each move in the superpage's log; returns how many of
+    /// them went back the way they came within [`PINGPONG_WINDOW_MS`].
+    #[inline]
+    fn move_pages(&mut self, pages: &[usize], to: Tier, now_ms: u32) -> u64 {
+        let dir = u32::from(to == Tier::Slow);
+        let log = self
+            .moved
+            .get_or_insert_with(|| vec![0u32; SUBPAGES].into_boxed_slice());
+        let stamp = ((now_ms << 1) | dir).wrapping_add(1);
+        let mut pingpong = 0;
+        for &p in pages {
+            let (w, b) = (p / 64, 1u64 << (p % 64));
+            if to == Tier::Fast {
+                self.fast[w] |= b;
+            } else {
+                self.fast[w] &= !b;
+            }
+            let prev = log[p];
+            if prev != 0 {
+                let (t, d) = ((prev - 1) >> 1, (prev - 1) & 1);
+                if d != dir && now_ms.saturating_sub(t) < PINGPONG_WINDOW_MS {
+                    pingpong += 1;
+                }
+            }
+            log[p] = stamp;
+        }
+        pingpong
+    }
+
     #[must_use]
     pub fn is_fast(&self, page: usize) -> bool {
         self.fast[page / 64] & (1 << (page % 64)) != 0
@@ -316,26 +345,7 @@ impl TierModel {
                 s.huge = true;
                 m.collapses += 1;
             }
-            let log = s
-                .moved
-                .get_or_insert_with(|| vec![0u32; SUBPAGES].into_boxed_slice());
-            let stamp = ((now_ms << 1) | dir as u32).wrapping_add(1);
-            for &p in &need {
-                let (w, b) = (p / 64, 1u64 << (p % 64));
-                if to == Tier::Fast {
-                    s.fast[w] |= b;
-                } else {
-                    s.fast[w] &= !b;
-                }
-                let prev = log[p];
-                if prev != 0 {
-                    let (t, d) = ((prev - 1) >> 1, (prev - 1) & 1);
-                    if d != dir as u32 && now_ms.saturating_sub(t) < PINGPONG_WINDOW_MS {
-                        m.pingpong_pages += 1;
-                    }
-                }
-                log[p] = stamp;
-            }
+            m.pingpong_pages += s.move_pages(&need, to, now_ms);
             if to == Tier::Fast {
                 self.fast_used_pages += n;
             } else {
