@@ -5,7 +5,10 @@
 
 use std::{io, os::fd::OwnedFd, time::Duration};
 
-use aya::{Ebpf, EbpfError, EbpfLoader, programs::PerfEvent};
+use aya::{
+    Ebpf, EbpfError, EbpfLoader,
+    programs::{PerfEvent, Program, ProgramError},
+};
 use memtide_common::names;
 
 /// The BPF object, or an empty slice when the agent was built with `AYA_BUILD_SKIP=1`.
@@ -30,7 +33,7 @@ pub enum BpfError {
     Program {
         name: &'static str,
         #[source]
-        source: aya::programs::ProgramError,
+        source: ProgramError,
     },
     #[error("program {0} is missing from memtide's BPF object (stale build?)")]
     MissingProgram(&'static str),
@@ -54,12 +57,12 @@ impl BpfError {
     }
 }
 
-fn is_eperm_program(error: &aya::programs::ProgramError) -> bool {
+fn is_eperm_program(error: &ProgramError) -> bool {
     match error {
-        aya::programs::ProgramError::LoadError { io_error, .. } => {
+        ProgramError::LoadError { io_error, .. } => {
             matches!(io_error.kind(), io::ErrorKind::PermissionDenied)
         }
-        aya::programs::ProgramError::SyscallError(syscall) => {
+        ProgramError::SyscallError(syscall) => {
             matches!(syscall.io_error.kind(), io::ErrorKind::PermissionDenied)
         }
         _ => false,
@@ -90,19 +93,31 @@ pub fn load_object(loader: &mut EbpfLoader<'_>) -> Result<Ebpf, BpfError> {
     })
 }
 
+/// Program `name` of `ebpf` as the program type `P`, loaded into the kernel by `load` (that
+/// type's `load`).
+pub fn load_program<'a, P>(
+    ebpf: &'a mut Ebpf,
+    name: &'static str,
+    load: impl FnOnce(&mut P) -> Result<(), ProgramError>,
+) -> Result<&'a mut P, BpfError>
+where
+    &'a mut P: TryFrom<&'a mut Program, Error = ProgramError>,
+{
+    let program: &mut P = ebpf
+        .program_mut(name)
+        .ok_or(BpfError::MissingProgram(name))?
+        .try_into()
+        .map_err(|source| BpfError::Program { name, source })?;
+    load(program).map_err(|source| BpfError::Program { name, source })?;
+    Ok(program)
+}
+
 /// Loads the sampler program into the kernel and unloads it again: the answer to "can this
 /// kernel and these privileges run memtide's BPF side?". Nothing is attached.
 pub fn probe_load() -> Result<String, BpfError> {
     let mut ebpf = load_object(&mut EbpfLoader::new())?;
     let name = names::PROG_SAMPLE_ANY;
-    let program: &mut PerfEvent = ebpf
-        .program_mut(name)
-        .ok_or(BpfError::MissingProgram(name))?
-        .try_into()
-        .map_err(|source| BpfError::Program { name, source })?;
-    program
-        .load()
-        .map_err(|source| BpfError::Program { name, source })?;
+    load_program(&mut ebpf, name, PerfEvent::load)?;
     Ok(format!(
         "loaded perf_event program {name} from the embedded object ({} bytes) and unloaded it",
         OBJECT.len()

@@ -94,15 +94,7 @@ impl DamonSource {
         let mut loader = EbpfLoader::new();
         loader.override_global(names::GLOBAL_DAMON_OFFSETS, &offsets, true);
         let mut ebpf = bpf::load_object(&mut loader)?;
-        let name = names::PROG_DAMON_AGGREGATED;
-        let program: &mut TracePoint = ebpf
-            .program_mut(name)
-            .ok_or(BpfError::MissingProgram(name))?
-            .try_into()
-            .map_err(|source| BpfError::Program { name, source })?;
-        program
-            .load()
-            .map_err(|source| BpfError::Program { name, source })?;
+        let program = bpf::load_program(&mut ebpf, names::PROG_DAMON_AGGREGATED, TracePoint::load)?;
         program
             .attach("damon", "damon_aggregated")
             .map_err(DamonSourceError::Attach)?;

@@ -248,15 +248,8 @@ fn load_programs(spec: &SamplerSpec) -> Result<Ebpf, SamplerError> {
         .collect();
     needed.sort_unstable();
     needed.dedup();
-    for name in &needed {
-        let program: &mut PerfEvent = ebpf
-            .program_mut(name)
-            .ok_or(BpfError::MissingProgram(name))?
-            .try_into()
-            .map_err(|source| BpfError::Program { name, source })?;
-        program
-            .load()
-            .map_err(|source| BpfError::Program { name, source })?;
+    for name in needed {
+        bpf::load_program(&mut ebpf, name, PerfEvent::load)?;
     }
     Ok(ebpf)
 }
