@@ -15,7 +15,6 @@ use memtide_core::{
 };
 use memtide_host::{
     exec::ExecReport,
-    sys::process,
     targets::{Target, TargetError, placement::TierPlacement},
     topology::{ThpMode, Topology},
 };
@@ -344,20 +343,21 @@ impl State {
         }
         // CPU time, not wall time: a read that waited (preempted, or on the target's mmap
         // lock) must not push the next one out.
-        let started = process::thread_cpu_time().ok();
-        let Ok(maps) = self.target.numa_maps() else {
+        let (fresh, read_cost) = thread_cpu_of(|| {
+            let maps = self.target.numa_maps().ok()?;
+            let mut fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
+            // smaps walks the page tables: read it only when something is locked.
+            if self.target.locked_bytes().is_ok_and(|locked| locked > 0)
+                && let Ok(smaps) = self.target.smaps()
+            {
+                fresh.add_locked(&smaps);
+            }
+            Some(fresh)
+        });
+        let Some(mut fresh) = fresh else {
             return BTreeMap::new();
         };
-        let mut fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
-        // smaps walks the page tables: read it only when something is locked.
-        if self.target.locked_bytes().is_ok_and(|locked| locked > 0)
-            && let Ok(smaps) = self.target.smaps()
-        {
-            fresh.add_locked(&smaps);
-        }
-        if let (Some(started), Ok(now)) = (started, process::thread_cpu_time()) {
-            fresh.read_cost = now.saturating_sub(started);
-        }
+        fresh.read_cost = read_cost;
         let newly = fresh.newly_left_alone(self.planning.resident.as_ref());
         if !newly.is_empty() {
             self.planning.placement = None;
