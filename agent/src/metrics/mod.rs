@@ -1,99 +1,28 @@
 //! Prometheus metrics. One registry built at start-up; every family is documented in
 //! docs/metrics.md (a test keeps the two in step). Labels never carry addresses, and carry a
 //! process id only inside the `target` label, whose number is bounded by `targets.max_targets`.
+//!
+//! This file holds the families, their names and help, and the series a target adds and
+//! removes; [`labels`] the label sets that key them; [`exposition`] what a scrape reads.
+
+mod exposition;
+mod labels;
 
 use std::sync::atomic::AtomicU64;
 
 use prometheus_client::{
-    collector::Collector,
-    encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric as _},
-    metrics::{
-        MetricType, counter::ConstCounter, counter::Counter, family::Family, gauge::ConstGauge,
-        gauge::Gauge,
-    },
+    metrics::{counter::Counter, family::Family, gauge::Gauge},
     registry::Registry,
 };
 
-/// `{target}`
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TargetLabel {
-    pub target: String,
-}
-
-/// `{target, tier}` with tier `fast` or `slow`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TargetTier {
-    pub target: String,
-    pub tier: String,
-}
-
-/// `{target, direction}` with direction `promote` or `demote`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct TargetDirection {
-    pub target: String,
-    pub direction: String,
-}
-
-/// `{target, direction, granularity}` with granularity `4k`, `64k` or `2m`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Migrated {
-    pub target: String,
-    pub direction: String,
-    pub granularity: String,
-}
-
-/// `{target, direction, result}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct PageResult {
-    pub target: String,
-    pub direction: String,
-    pub result: String,
-}
-
-/// `{reason}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct Reason {
-    pub reason: String,
-}
-
-/// `{source}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceLabel {
-    pub source: String,
-}
-
-/// `{source, reason}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SourceReason {
-    pub source: String,
-    pub reason: String,
-}
-
-/// `{node, tier}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeTier {
-    pub node: String,
-    pub tier: String,
-}
-
-/// `{node, kind}`: a node's cost of one kind of access (`read`, `write`).
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct NodeKind {
-    pub node: String,
-    pub kind: String,
-}
-
-/// `{program}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ProgramLabel {
-    pub program: String,
-}
-
-/// `{version}`.
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct VersionLabel {
-    version: String,
-}
+use self::{exposition::ProcessCollector, labels::VersionLabel};
+pub use self::{
+    exposition::{CONTENT_TYPE, TEXT_CONTENT_TYPE, encode, to_prometheus_text},
+    labels::{
+        Migrated, NodeKind, NodeTier, PageResult, ProgramLabel, Reason, SourceLabel, SourceReason,
+        TargetDirection, TargetLabel, TargetTier,
+    },
+};
 
 type GaugeF64 = Gauge<f64, AtomicU64>;
 pub type CounterF64 = Counter<f64, AtomicU64>;
@@ -397,101 +326,6 @@ impl Metrics {
             self.pod_list_errors.clone(),
         );
     }
-}
-
-/// `process_cpu_seconds_total` and `process_resident_memory_bytes`, read at scrape time.
-#[derive(Debug)]
-struct ProcessCollector;
-
-/// User + system CPU seconds and resident bytes of this process, from /proc/self/stat.
-fn process_usage() -> Option<(f64, u64)> {
-    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
-    let fields: Vec<&str> = stat
-        .get(stat.rfind(')')? + 2..)?
-        .split_whitespace()
-        .collect();
-    // After the comm: field 14 utime, 15 stime, 24 rss (pages), counted from 3.
-    let utime: u64 = fields.get(11)?.parse().ok()?;
-    let stime: u64 = fields.get(12)?.parse().ok()?;
-    let rss_pages: u64 = fields.get(21)?.parse().ok()?;
-    // USER_HZ is 100 on every Linux architecture memtide runs on; pages are 4 KiB there.
-    #[expect(clippy::cast_precision_loss, reason = "CPU ticks stay far below 2^52")]
-    let cpu = (utime + stime) as f64 / 100.0;
-    Some((cpu, rss_pages * 4096))
-}
-
-impl Collector for ProcessCollector {
-    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> std::fmt::Result {
-        let Some((cpu, rss)) = process_usage() else {
-            return Ok(());
-        };
-        let counter = ConstCounter::new(cpu);
-        let metric = encoder.encode_descriptor(
-            "process_cpu_seconds",
-            "Total user and system CPU time spent by the agent",
-            None,
-            MetricType::Counter,
-        )?;
-        counter.encode(metric)?;
-        let gauge = ConstGauge::new(i64::try_from(rss).unwrap_or(i64::MAX));
-        let metric = encoder.encode_descriptor(
-            "process_resident_memory_bytes",
-            "Resident memory of the agent",
-            None,
-            MetricType::Gauge,
-        )?;
-        gauge.encode(metric)
-    }
-}
-
-/// The registry as OpenMetrics text.
-pub fn encode(registry: &Registry) -> String {
-    let mut text = String::new();
-    if let Err(error) = prometheus_client::encoding::text::encode(&mut text, registry) {
-        tracing::error!(%error, "encoding metrics");
-    }
-    text
-}
-
-/// Content type of [`encode`]'s output.
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-
-/// Content type of [`to_prometheus_text`]'s output.
-pub const TEXT_CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
-
-/// Rewrites OpenMetrics text as the classic Prometheus text format (0.0.4), for scrapers and
-/// linters that do not negotiate OpenMetrics (`promtool check metrics`, older agents): a
-/// counter family's HELP and TYPE name its `_total` samples, and `# UNIT` / `# EOF` go.
-#[must_use]
-pub fn to_prometheus_text(openmetrics: &str) -> String {
-    let lines: Vec<&str> = openmetrics.lines().collect();
-    let mut counters = std::collections::HashSet::new();
-    for line in &lines {
-        if let Some(rest) = line.strip_prefix("# TYPE ")
-            && let Some(name) = rest.strip_suffix(" counter")
-        {
-            counters.insert(name.to_owned());
-        }
-    }
-    let mut out = String::with_capacity(openmetrics.len());
-    for line in lines {
-        if line == "# EOF" || line.starts_with("# UNIT ") {
-            continue;
-        }
-        let rewritten = ["# HELP ", "# TYPE "].iter().find_map(|prefix| {
-            let rest = line.strip_prefix(prefix)?;
-            let (name, tail) = rest.split_once(' ')?;
-            counters
-                .contains(name)
-                .then(|| format!("{prefix}{name}_total {tail}"))
-        });
-        match rewritten {
-            Some(line) => out.push_str(&line),
-            None => out.push_str(line),
-        }
-        out.push('\n');
-    }
-    out
 }
 
 impl Metrics {
