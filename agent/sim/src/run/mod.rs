@@ -8,13 +8,21 @@
 //! sets the clock instead: its epochs pass as they passed while it was recorded.
 //! The sampling policies see what [`SimConfig::sampler`] delivers ([`super::sampler`]), routed
 //! as decoded ring records through the core's router, as the daemon's are.
+//!
+//! This file is the loop and what it runs the records through (the LLC model, the samplers);
+//! [`accounting`] is what the accesses cost, [`result`] what the replay reports.
 
-use std::{sync::Arc, time::Duration};
+mod accounting;
+mod result;
+
+use std::sync::Arc;
 
 use serde::Serialize;
 
+pub use self::result::{ByGranularity, SimResult};
+use self::{accounting::Accounting, result::Replay};
 use super::{
-    model::{Migrations, Preset, TierModel},
+    model::{Preset, TierModel},
     policy::{Clock, SimPolicy},
     sampler::{Collected, FilterCounter, FilterCounts, LineFilter, SIM_PID, Sampler, SamplerName},
     trace::{TraceError, TraceMeta, TraceRecord, TraceSpec},
@@ -27,9 +35,6 @@ use memtide_core::{
 
 /// Records per batch between two policy steps.
 pub const BATCH: usize = 1024;
-/// Records per projected-time window (the bandwidth term is evaluated per window).
-const TIME_WINDOW: u64 = 4096;
-const LINE: f64 = 64.0;
 
 /// Size of the fast tier.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -134,180 +139,6 @@ pub fn fast_bytes(cfg: &SimConfig, fp: Footprint) -> u64 {
         FastSize::Bytes(b) => b,
     };
     b / PAGE_SIZE * PAGE_SIZE
-}
-
-/// Per-granularity byte counts, keyed as the JSON contract says.
-#[derive(Clone, Debug, Default, PartialEq, Serialize)]
-pub struct ByGranularity {
-    #[serde(rename = "4k")]
-    pub k4: u64,
-    #[serde(rename = "64k")]
-    pub k64: u64,
-    #[serde(rename = "2m")]
-    pub m2: u64,
-}
-
-/// Everything one replay measured.
-#[derive(Clone, Debug, Serialize)]
-pub struct SimResult {
-    pub policy: String,
-    pub trace: String,
-    pub preset: &'static str,
-    pub records: u64,
-    /// Records that reached memory: past the LLC model for traces whose records include cache
-    /// hits (lackey's), all of them otherwise. The hit ratios and the clock count these.
-    pub memory_records: u64,
-    pub record_weight: u32,
-    pub mlp: u32,
-    pub footprint_bytes: u64,
-    pub fast_capacity_bytes: u64,
-    /// The source the samples came from (`ideal`, `pebs`, `ibs`, `swfault`).
-    pub sampler: &'static str,
-    pub sample_rate: u32,
-    /// Samples the policies received.
-    pub samples: u64,
-    /// `pebs`: the store sample period over the load sample period (the Neyman split by the
-    /// shares of loads and stores that reach memory; [`memtide_core::sampling`]).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub store_period_ratio: Option<f64>,
-    pub fast_hit_ratio: f64,
-    /// Share of writes served by the fast tier.
-    pub fast_write_ratio: f64,
-    pub migrated_bytes: u64,
-    pub migrated_bytes_by_granularity: ByGranularity,
-    pub promoted_bytes: u64,
-    pub demoted_bytes: u64,
-    /// Migration operations (one chunk of one granularity each).
-    pub migrations: u64,
-    pub migrations_by_granularity: ByGranularity,
-    pub tlb_shootdowns: u64,
-    pub huge_page_splits: u64,
-    pub pingpong_pages: u64,
-    pub failed_promotions: u64,
-    pub huge_pages_kept: u64,
-    pub huge_pages_total: u64,
-    pub projected_time_s: f64,
-    pub all_fast_time_s: f64,
-    /// Projected over all-fast time.
-    pub relative_time: f64,
-    /// Parts of the projected time, s.
-    pub access_time_s: f64,
-    pub migration_time_s: f64,
-    /// Simulated program time the policies saw, s.
-    pub simulated_clock_s: f64,
-    /// Fast-tier hit ratio per timeline window.
-    pub timeline: Vec<f64>,
-    pub skipped_lines: u64,
-    pub policy_info: serde_json::Value,
-}
-
-#[derive(Default)]
-struct Window {
-    n: u64,
-    fast: u64,
-    lat: f64,
-    lat_all_fast: f64,
-}
-
-/// What the accesses cost: hits, the projected time window by window, the hit-ratio timeline.
-struct Accounting {
-    preset: Preset,
-    /// Accesses per record.
-    k: f64,
-    mlp: f64,
-    win: Window,
-    time_ns: f64,
-    all_fast_ns: f64,
-    /// Records replayed, and those of them that reached memory (past the LLC model).
-    replayed: u64,
-    records: u64,
-    hits: u64,
-    writes: u64,
-    fast_writes: u64,
-    timeline_every: u64,
-    timeline_window: (u64, u64),
-    timeline: Vec<f64>,
-    /// The trace's own time at the end, when it carries time.
-    recorded_clock: Option<Duration>,
-}
-
-impl Accounting {
-    fn new(preset: Preset, meta: &TraceMeta, timeline_every: u64) -> Self {
-        Self {
-            preset,
-            k: f64::from(meta.record_weight),
-            mlp: f64::from(meta.mlp.max(1)),
-            win: Window::default(),
-            time_ns: 0.0,
-            all_fast_ns: 0.0,
-            replayed: 0,
-            records: 0,
-            hits: 0,
-            writes: 0,
-            fast_writes: 0,
-            timeline_every,
-            timeline_window: (0, 0),
-            timeline: Vec::new(),
-            recorded_clock: None,
-        }
-    }
-
-    /// The policies' clock after the records so far: the trace's own time where it has one,
-    /// the nominal time per access otherwise.
-    fn clock(&self, access_ns: f64) -> Duration {
-        self.recorded_clock.unwrap_or_else(|| {
-            Duration::from_nanos((self.records as f64 * self.k * access_ns) as u64)
-        })
-    }
-
-    /// One record, served by the fast tier or not, through a huge mapping or not.
-    fn access(&mut self, fast: bool, huge: bool, write: bool) {
-        let p = &self.preset;
-        self.win.n += 1;
-        self.win.fast += u64::from(fast);
-        self.win.lat += p.latency(fast, write) + if huge { 0.0 } else { p.tlb_4k_ns };
-        self.win.lat_all_fast += p.latency(true, write);
-        self.records += 1;
-        self.hits += u64::from(fast);
-        self.writes += u64::from(write);
-        self.fast_writes += u64::from(write && fast);
-        let (n, hits) = &mut self.timeline_window;
-        *n += 1;
-        *hits += u64::from(fast);
-        if *n == self.timeline_every {
-            self.timeline.push(*hits as f64 / *n as f64);
-            self.timeline_window = (0, 0);
-        }
-        if self.win.n == TIME_WINDOW {
-            self.close_window();
-        }
-    }
-
-    fn close_window(&mut self) {
-        let (w, p, k) = (&self.win, &self.preset, self.k);
-        if w.n == 0 {
-            return;
-        }
-        let n = w.n as f64 * k;
-        let fast_b = w.fast as f64 * k * LINE;
-        let slow_b = (w.n - w.fast) as f64 * k * LINE;
-        // `mlp` independent streams overlap their compute and their misses (leading loads per
-        // stream); the tiers' bandwidths bound the window from below (roofline).
-        self.time_ns += ((n * p.compute_ns + w.lat * k) / self.mlp)
-            .max(fast_b / p.fast_gbps)
-            .max(slow_b / p.slow_gbps);
-        self.all_fast_ns +=
-            ((n * p.compute_ns + w.lat_all_fast * k) / self.mlp).max(n * LINE / p.fast_gbps);
-        self.win = Window::default();
-    }
-
-    fn finish(&mut self) {
-        self.close_window();
-        let (n, hits) = self.timeline_window;
-        if n > 0 {
-            self.timeline.push(hits as f64 / n as f64);
-        }
-    }
 }
 
 /// The source's samples on their way to the policy: sampler, then the core's router (one
@@ -515,83 +346,6 @@ pub fn run_keeping_model(
     };
     let result = replay.result(policy, &model, &acct);
     Ok((result, model))
-}
-
-/// What a finished replay reports besides the model and the accounting.
-struct Replay<'a> {
-    spec: &'a dyn TraceSpec,
-    cfg: &'a SimConfig,
-    meta: &'a TraceMeta,
-    fp: Footprint,
-    fast_bytes: u64,
-    samples: u64,
-    skipped_lines: u64,
-}
-
-impl Replay<'_> {
-    fn result(&self, policy: &dyn SimPolicy, model: &TierModel, acct: &Accounting) -> SimResult {
-        let m: &Migrations = &model.migrations;
-        let by = |x: &[[u64; 2]; 3]| ByGranularity {
-            k4: x[0][0] + x[0][1],
-            k64: x[1][0] + x[1][1],
-            m2: x[2][0] + x[2][1],
-        };
-        let promoted: u64 = m.bytes.iter().map(|d| d[0]).sum();
-        let demoted: u64 = m.bytes.iter().map(|d| d[1]).sum();
-        let projected = acct.time_ns + m.cost_ns;
-        let records = acct.records;
-        SimResult {
-            policy: policy.name(),
-            trace: self.spec.name(),
-            preset: self.cfg.preset.name.name(),
-            records: acct.replayed,
-            memory_records: records,
-            record_weight: self.meta.record_weight,
-            mlp: self.meta.mlp,
-            footprint_bytes: self.fp.bytes,
-            fast_capacity_bytes: self.fast_bytes,
-            sampler: self.cfg.sampler.name(),
-            sample_rate: self.cfg.sample_rate.max(1),
-            samples: self.samples,
-            store_period_ratio: (self.cfg.sampler == SamplerName::Pebs)
-                .then(|| self.fp.filters.memory_shares().store_period_ratio()),
-            fast_hit_ratio: ratio(acct.hits, records),
-            fast_write_ratio: ratio(acct.fast_writes, acct.writes),
-            migrated_bytes: promoted + demoted,
-            migrated_bytes_by_granularity: by(&m.bytes),
-            promoted_bytes: promoted,
-            demoted_bytes: demoted,
-            migrations: m.ops.iter().flatten().sum(),
-            migrations_by_granularity: by(&m.ops),
-            tlb_shootdowns: m.shootdowns,
-            huge_page_splits: m.splits,
-            pingpong_pages: m.pingpong_pages,
-            failed_promotions: m.failed_ops,
-            huge_pages_kept: model.huge_pages(),
-            huge_pages_total: model.mapped_superpages(),
-            projected_time_s: projected * 1e-9,
-            all_fast_time_s: acct.all_fast_ns * 1e-9,
-            relative_time: if acct.all_fast_ns > 0.0 {
-                projected / acct.all_fast_ns
-            } else {
-                1.0
-            },
-            access_time_s: acct.time_ns * 1e-9,
-            migration_time_s: m.cost_ns * 1e-9,
-            simulated_clock_s: acct
-                .recorded_clock
-                .map_or(records as f64 * acct.k * self.cfg.access_ns * 1e-9, |at| {
-                    at.as_secs_f64()
-                }),
-            timeline: acct.timeline.clone(),
-            skipped_lines: self.skipped_lines,
-            policy_info: policy.info(),
-        }
-    }
-}
-
-fn ratio(a: u64, b: u64) -> f64 {
-    if b == 0 { 0.0 } else { a as f64 / b as f64 }
 }
 
 /// A trace held in memory (tests, benches): opening it is free.
