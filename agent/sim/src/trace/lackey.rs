@@ -9,9 +9,10 @@
 //! ```
 //! Addresses are hex without `0x`. Blank lines are skipped; anything else is malformed.
 
-use std::io::BufRead;
-
-use super::{RecordSource, TraceError, TraceMeta, TraceRecord, read_line};
+use super::{
+    TraceRecord,
+    text::{LineFormat, TextLine, TextReader},
+};
 
 /// Parses one line: `Ok(Some(record))` for a data access, `Ok(None)` for lines to skip.
 pub fn parse_line(line: &str) -> Result<Option<TraceRecord>, &'static str> {
@@ -39,76 +40,29 @@ pub fn parse_line(line: &str) -> Result<Option<TraceRecord>, &'static str> {
     }
 }
 
+/// Lackey's lines: a load, a store, or a line of the tool's to pass over.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Lackey;
+
+impl LineFormat for Lackey {
+    const NAME: &'static str = "lackey trace";
+
+    fn parse(&mut self, line: &str) -> Result<TextLine, &'static str> {
+        Ok(parse_line(line)?.map_or(TextLine::Other, TextLine::Access))
+    }
+
+    fn quoted(line: &str) -> &str {
+        line.trim_end()
+    }
+}
+
 /// Streams a lackey trace.
-pub struct LackeyReader {
-    input: Box<dyn BufRead + Send>,
-    meta: TraceMeta,
-    lenient: bool,
-    line: u64,
-    skipped: u64,
-    buf: Vec<u8>,
-}
-
-impl LackeyReader {
-    #[must_use]
-    pub fn new(input: Box<dyn BufRead + Send>, lenient: bool) -> Self {
-        Self {
-            input,
-            meta: TraceMeta::default(),
-            lenient,
-            line: 0,
-            skipped: 0,
-            buf: Vec::with_capacity(128),
-        }
-    }
-}
-
-impl RecordSource for LackeyReader {
-    fn meta(&self) -> &TraceMeta {
-        &self.meta
-    }
-
-    fn fill(&mut self, out: &mut Vec<TraceRecord>, max: usize) -> Result<usize, TraceError> {
-        let mut n = 0;
-        while n < max {
-            let more =
-                read_line(&mut *self.input, &mut self.buf).map_err(|source| TraceError::Io {
-                    path: format!("lackey trace, line {}", self.line + 1).into(),
-                    source,
-                })?;
-            if !more {
-                break;
-            }
-            self.line += 1;
-            let text = String::from_utf8_lossy(&self.buf);
-            match parse_line(&text) {
-                Ok(Some(r)) => {
-                    out.push(r);
-                    n += 1;
-                }
-                Ok(None) => {}
-                Err(_) if self.lenient => self.skipped += 1,
-                Err(reason) => {
-                    return Err(TraceError::Malformed {
-                        line: self.line,
-                        reason,
-                        text: text.trim_end().chars().take(120).collect(),
-                    });
-                }
-            }
-        }
-        Ok(n)
-    }
-
-    fn skipped(&self) -> u64 {
-        self.skipped
-    }
-}
+pub type LackeyReader = TextReader<Lackey>;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::trace::{buf, read_all};
+    use crate::trace::{RecordSource as _, buf, read_all};
 
     #[test]
     fn parses_lines() {

@@ -8,11 +8,14 @@
 //! - [`native`]: memtide's compact binary format (documented and versioned there);
 //! - [`lackey`]: valgrind `--tool=lackey --trace-mem=yes` output;
 //! - [`perf`]: `perf script` output of `perf mem record` or `perf record -e page-faults -d`.
+//!
+//! The two text formats read their lines through [`text::TextReader`].
 
 pub mod lackey;
 pub mod native;
 pub mod perf;
 pub mod repeat;
+pub mod text;
 
 use std::{
     fs::File,

@@ -58,9 +58,12 @@
 //! are kept apart by a per-trace process index in bits 48..56 of the address. Lines starting
 //! with `#` and blank lines are skipped.
 
-use std::{collections::HashMap, io::BufRead};
+use std::collections::HashMap;
 
-use super::{AccessKind, PID_SHIFT, RecordSource, TraceError, TraceMeta, TraceRecord, read_line};
+use super::{
+    AccessKind, PID_SHIFT, TraceRecord,
+    text::{LineFormat, TextLine, TextReader},
+};
 
 /// One parsed line: pid (if any), address and kind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -210,90 +213,49 @@ pub fn parse_line(line: &str) -> Result<PerfLine, LineError> {
     Ok(PerfLine { pid, addr, kind })
 }
 
-/// Streams `perf script` output.
-pub struct PerfReader {
-    input: Box<dyn BufRead + Send>,
-    meta: TraceMeta,
-    lenient: bool,
-    line: u64,
-    skipped: u64,
+/// `perf script`'s lines; the process index each pid got, in the order they appeared.
+#[derive(Clone, Debug, Default)]
+pub struct PerfScript {
     pids: HashMap<u32, u64>,
-    buf: Vec<u8>,
 }
 
-impl PerfReader {
-    #[must_use]
-    pub fn new(input: Box<dyn BufRead + Send>, lenient: bool) -> Self {
-        Self {
-            input,
-            meta: TraceMeta::default(),
-            lenient,
-            line: 0,
-            skipped: 0,
-            pids: HashMap::new(),
-            buf: Vec::with_capacity(256),
+impl LineFormat for PerfScript {
+    const NAME: &'static str = "perf-script trace";
+
+    fn parse(&mut self, line: &str) -> Result<TextLine, &'static str> {
+        let t = line.trim();
+        if t.is_empty() || t.starts_with('#') {
+            return Ok(TextLine::Other);
+        }
+        match parse_line(t) {
+            Ok(p) => {
+                let next = self.pids.len() as u64;
+                // 256 process indices fit in bits 48..56; later processes share the last.
+                let idx = *self.pids.entry(p.pid.unwrap_or(0)).or_insert(next.min(255));
+                Ok(TextLine::Access(TraceRecord {
+                    addr: (p.addr & ((1 << PID_SHIFT) - 1)) | (idx << PID_SHIFT),
+                    kind: p.kind,
+                }))
+            }
+            Err(LineError::NullAddress) => Ok(TextLine::Skipped),
+            Err(e) => Err(e.reason()),
         }
     }
-}
 
-impl RecordSource for PerfReader {
-    fn meta(&self) -> &TraceMeta {
-        &self.meta
-    }
-
-    fn fill(&mut self, out: &mut Vec<TraceRecord>, max: usize) -> Result<usize, TraceError> {
-        let mut n = 0;
-        while n < max {
-            let more =
-                read_line(&mut *self.input, &mut self.buf).map_err(|source| TraceError::Io {
-                    path: format!("perf-script trace, line {}", self.line + 1).into(),
-                    source,
-                })?;
-            if !more {
-                break;
-            }
-            self.line += 1;
-            let text = String::from_utf8_lossy(&self.buf);
-            let t = text.trim();
-            if t.is_empty() || t.starts_with('#') {
-                continue;
-            }
-            match parse_line(t) {
-                Ok(p) => {
-                    let next = self.pids.len() as u64;
-                    // 256 process indices fit in bits 48..56; later processes share the last.
-                    let idx = *self.pids.entry(p.pid.unwrap_or(0)).or_insert(next.min(255));
-                    out.push(TraceRecord {
-                        addr: (p.addr & ((1 << PID_SHIFT) - 1)) | (idx << PID_SHIFT),
-                        kind: p.kind,
-                    });
-                    n += 1;
-                }
-                Err(_) if self.lenient => self.skipped += 1,
-                Err(LineError::NullAddress) => self.skipped += 1,
-                Err(e) => {
-                    return Err(TraceError::Malformed {
-                        line: self.line,
-                        reason: e.reason(),
-                        text: t.chars().take(120).collect(),
-                    });
-                }
-            }
-        }
-        Ok(n)
-    }
-
-    fn skipped(&self) -> u64 {
-        self.skipped
+    fn quoted(line: &str) -> &str {
+        line.trim()
     }
 }
+
+/// Streams `perf script` output.
+pub type PerfReader = TextReader<PerfScript>;
 
 #[cfg(test)]
 mod tests {
     use std::io::{BufRead, Cursor};
 
     use super::*;
-    use crate::trace::{Format, buf, detect, read_all};
+    use crate::trace::{Format, RecordSource as _, buf, detect, read_all};
 
     fn owned(text: String) -> Box<dyn BufRead + Send> {
         Box::new(Cursor::new(text.into_bytes()))
