@@ -88,43 +88,56 @@ fn ne<const N: usize>(bytes: &[u8], at: usize) -> [u8; N] {
     out
 }
 
-impl AccessSample {
-    /// Size of the record on the wire.
-    pub const SIZE: usize = size_of::<Self>();
+/// `SIZE`, `from_ne_bytes` and `to_ne_bytes` of a record the BPF side writes byte for byte:
+/// each listed field, of the integer type given, at its `#[repr(C)]` offset in native endian.
+/// The padding `_pad` is left out of the list: it decodes as zero and encodes as zero.
+macro_rules! wire_codec {
+    ($record:ty { $($field:ident: $int:ty),+ $(,)? }) => {
+        impl $record {
+            /// Size of the record on the wire.
+            pub const SIZE: usize = size_of::<Self>();
 
-    /// Decodes a record as the BPF program wrote it (native endian, `#[repr(C)]` layout).
-    /// Returns `None` for a short record instead of reading past it.
-    #[must_use]
-    pub fn from_ne_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() < Self::SIZE {
-            return None;
+            /// Decodes a record as the BPF program wrote it (native endian, `#[repr(C)]`
+            /// layout). Returns `None` for a short record instead of reading past it.
+            #[must_use]
+            pub fn from_ne_bytes(bytes: &[u8]) -> Option<Self> {
+                if bytes.len() < Self::SIZE {
+                    return None;
+                }
+                Some(Self {
+                    $(
+                        $field: <$int>::from_ne_bytes(
+                            ne(bytes, core::mem::offset_of!(Self, $field)),
+                        ),
+                    )+
+                    _pad: Default::default(),
+                })
+            }
+
+            /// Encodes the record exactly as the BPF program lays it out (tests, benches,
+            /// traces).
+            #[must_use]
+            pub fn to_ne_bytes(&self) -> [u8; Self::SIZE] {
+                let mut out = [0; Self::SIZE];
+                $(
+                    let at = core::mem::offset_of!(Self, $field);
+                    out[at..at + size_of::<$int>()].copy_from_slice(&self.$field.to_ne_bytes());
+                )+
+                out
+            }
         }
-        Some(Self {
-            addr: u64::from_ne_bytes(ne(bytes, 0)),
-            weight: u64::from_ne_bytes(ne(bytes, 8)),
-            pid: u32::from_ne_bytes(ne(bytes, 16)),
-            tid: u32::from_ne_bytes(ne(bytes, 20)),
-            cpu: u32::from_ne_bytes(ne(bytes, 24)),
-            kind: bytes[28],
-            source: bytes[29],
-            _pad: [0; 2],
-        })
-    }
-
-    /// Encodes the record exactly as the BPF program lays it out (tests, benches, traces).
-    #[must_use]
-    pub fn to_ne_bytes(&self) -> [u8; Self::SIZE] {
-        let mut out = [0; Self::SIZE];
-        out[0..8].copy_from_slice(&self.addr.to_ne_bytes());
-        out[8..16].copy_from_slice(&self.weight.to_ne_bytes());
-        out[16..20].copy_from_slice(&self.pid.to_ne_bytes());
-        out[20..24].copy_from_slice(&self.tid.to_ne_bytes());
-        out[24..28].copy_from_slice(&self.cpu.to_ne_bytes());
-        out[28] = self.kind;
-        out[29] = self.source;
-        out
-    }
+    };
 }
+
+wire_codec!(AccessSample {
+    addr: u64,
+    weight: u64,
+    pid: u32,
+    tid: u32,
+    cpu: u32,
+    kind: u8,
+    source: u8,
+});
 
 /// One DAMON region at the end of an aggregation interval, forwarded from the
 /// `damon:damon_aggregated` tracepoint.
@@ -145,40 +158,14 @@ pub struct DamonRegion {
 }
 const _: () = assert!(size_of::<DamonRegion>() == 40);
 
-impl DamonRegion {
-    /// Size of the record on the wire.
-    pub const SIZE: usize = size_of::<Self>();
-
-    /// Decodes a record as the BPF program wrote it; `None` for a short record.
-    #[must_use]
-    pub fn from_ne_bytes(bytes: &[u8]) -> Option<Self> {
-        if bytes.len() < Self::SIZE {
-            return None;
-        }
-        Some(Self {
-            target: u64::from_ne_bytes(ne(bytes, 0)),
-            start: u64::from_ne_bytes(ne(bytes, 8)),
-            end: u64::from_ne_bytes(ne(bytes, 16)),
-            nr_accesses: u32::from_ne_bytes(ne(bytes, 24)),
-            age: u32::from_ne_bytes(ne(bytes, 28)),
-            nr_regions: u32::from_ne_bytes(ne(bytes, 32)),
-            _pad: 0,
-        })
-    }
-
-    /// Encodes the record exactly as the BPF program lays it out (tests, benches).
-    #[must_use]
-    pub fn to_ne_bytes(&self) -> [u8; Self::SIZE] {
-        let mut out = [0; Self::SIZE];
-        out[0..8].copy_from_slice(&self.target.to_ne_bytes());
-        out[8..16].copy_from_slice(&self.start.to_ne_bytes());
-        out[16..24].copy_from_slice(&self.end.to_ne_bytes());
-        out[24..28].copy_from_slice(&self.nr_accesses.to_ne_bytes());
-        out[28..32].copy_from_slice(&self.age.to_ne_bytes());
-        out[32..36].copy_from_slice(&self.nr_regions.to_ne_bytes());
-        out
-    }
-}
+wire_codec!(DamonRegion {
+    target: u64,
+    start: u64,
+    end: u64,
+    nr_accesses: u32,
+    age: u32,
+    nr_regions: u32,
+});
 
 /// Byte offsets of the `damon:damon_aggregated` fields inside the tracepoint record. They are
 /// read from tracefs' `format` file at start-up and handed to the BPF program as a global,
@@ -325,5 +312,34 @@ mod tests {
             Some(region)
         );
         assert_eq!(DamonRegion::from_ne_bytes(&[0; 39]), None);
+    }
+
+    /// The bytes the BPF programs write, field by field, and zeros where the padding is.
+    #[test]
+    fn the_codec_reads_and_writes_the_bpf_programs_bytes() {
+        let mut wire = [0u8; AccessSample::SIZE];
+        wire[0..8].copy_from_slice(&0x7f00_dead_b000u64.to_ne_bytes());
+        wire[8..16].copy_from_slice(&17u64.to_ne_bytes());
+        wire[16..20].copy_from_slice(&4242u32.to_ne_bytes());
+        wire[20..24].copy_from_slice(&4243u32.to_ne_bytes());
+        wire[24..28].copy_from_slice(&1u32.to_ne_bytes());
+        wire[28] = AccessKind::Load as u8;
+        wire[29] = SampleSource::Ibs as u8;
+        let sample = AccessSample::from_ne_bytes(&wire).expect("a whole record");
+        assert_eq!(sample.to_ne_bytes(), wire);
+        let mut dirty = wire;
+        dirty[30..].fill(0xff);
+        assert_eq!(AccessSample::from_ne_bytes(&dirty), Some(sample));
+
+        let mut wire = [0u8; DamonRegion::SIZE];
+        for (at, value) in [(0, 2u64), (8, 0x1000), (16, 0x20_0000)] {
+            wire[at..at + 8].copy_from_slice(&value.to_ne_bytes());
+        }
+        for (at, value) in [(24, 7u32), (28, 3), (32, 10)] {
+            wire[at..at + 4].copy_from_slice(&value.to_ne_bytes());
+        }
+        let region = DamonRegion::from_ne_bytes(&wire).expect("a whole record");
+        assert_eq!((region.start, region.age, region._pad), (0x1000, 3, 0));
+        assert_eq!(region.to_ne_bytes(), wire);
     }
 }
