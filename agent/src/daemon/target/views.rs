@@ -87,13 +87,7 @@ pub(super) fn sampled_hot_set(sampled: &[Sample], coverage: f64) -> Vec<u64> {
     }
     let total: u64 = counts.iter().map(|(_, count)| count).sum();
     counts.sort_unstable_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "a share of an access count"
-    )]
-    let goal = (total as f64 * coverage).ceil() as u64;
+    let goal = share_of(total, coverage, f64::ceil);
     let mut covered = 0;
     counts
         .into_iter()
@@ -182,42 +176,41 @@ pub(super) fn damon_view<'a>(
     for &(accesses, _, pages, share) in &weighted {
         let weight = u64::from(accesses) * pages;
         total += weight;
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss,
-            reason = "splitting an access count by a share in [0, 1]"
-        )]
-        let fast = (weight as f64 * share).round() as u64;
+        let (fast, slow) = split_by_share(weight, share);
         view.fast_accesses += fast;
-        view.slow_accesses += weight - fast.min(weight);
+        view.slow_accesses += slow;
     }
     weighted.sort_unstable_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
-    #[expect(
-        clippy::cast_possible_truncation,
-        clippy::cast_sign_loss,
-        clippy::cast_precision_loss,
-        reason = "a share of an access count"
-    )]
-    let goal = (total as f64 * coverage).ceil() as u64;
+    let goal = share_of(total, coverage, f64::ceil);
     let mut covered = 0u64;
     for (accesses, _, pages, share) in weighted {
         if covered >= goal || accesses == 0 {
             break;
         }
         covered += u64::from(accesses) * pages;
-        let bytes = pages * PAGE_SIZE;
-        #[expect(
-            clippy::cast_possible_truncation,
-            clippy::cast_sign_loss,
-            clippy::cast_precision_loss,
-            reason = "splitting bytes by a share in [0, 1]"
-        )]
-        let fast = (bytes as f64 * share).round() as u64;
+        let (fast, slow) = split_by_share(pages * PAGE_SIZE, share);
         view.hot_fast_bytes += fast;
-        view.hot_slow_bytes += bytes - fast.min(bytes);
+        view.hot_slow_bytes += slow;
     }
     view
+}
+
+/// `share` (in [0, 1]) of `amount` accesses or bytes, made a whole count by `whole`
+/// (`f64::ceil` for a hot set's goal, `f64::round` for a split between the tiers).
+#[expect(
+    clippy::cast_possible_truncation,
+    clippy::cast_sign_loss,
+    clippy::cast_precision_loss,
+    reason = "a share of a count"
+)]
+fn share_of(amount: u64, share: f64, whole: fn(f64) -> f64) -> u64 {
+    whole(amount as f64 * share) as u64
+}
+
+/// `amount` split by a fast share in [0, 1]: (fast part, slow part), rounded to whole units.
+fn split_by_share(amount: u64, share: f64) -> (u64, u64) {
+    let fast = share_of(amount, share, f64::round);
+    (fast, amount - fast.min(amount))
 }
 
 /// The epoch's accesses and hot set by tier, from whichever kind of input the source gave.
