@@ -17,4 +17,6 @@ pub mod sysfs;
 pub mod targets;
 #[cfg(test)]
 mod test_child;
+#[cfg(test)]
+mod test_tree;
 pub mod topology;

@@ -144,15 +144,8 @@ pub fn check(root: &HostRoot, mode: CoexistMode) -> Result<Vec<Conflict>, Coexis
 
 #[cfg(test)]
 mod tests {
-    use std::{fs, path::Path};
-
     use super::*;
-
-    fn write(root: &Path, rel: &str, content: &str) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::test_tree::write;
 
     #[test]
     fn finds_every_kind_of_mover() {

@@ -362,12 +362,7 @@ pub fn tracepoint_status(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn write(root: &Path, rel: &str, content: &str) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::test_tree::write;
 
     /// A DAMON admin tree with no kdamond, where `kdamonds/0` is pre-created so the plain file
     /// system behaves like sysfs after `echo 1 > nr_kdamonds`.

@@ -354,12 +354,7 @@ mod tests {
     use std::fs;
 
     use super::*;
-
-    fn write(root: &Path, rel: &str, content: &str) {
-        let path = root.join(rel);
-        fs::create_dir_all(path.parent().unwrap()).unwrap();
-        fs::write(path, content).unwrap();
-    }
+    use crate::test_tree::write;
 
     #[test]
     fn thp_bracketed_word() {

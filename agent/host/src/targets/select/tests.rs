@@ -3,13 +3,7 @@
 use std::{fs, path::Path};
 
 use super::*;
-use crate::sysfs::HostRoot;
-
-fn write(root: &Path, rel: &str, content: &str) {
-    let path = root.join(rel);
-    fs::create_dir_all(path.parent().unwrap()).unwrap();
-    fs::write(path, content).unwrap();
-}
+use crate::{sysfs::HostRoot, test_tree::write};
 
 fn process(root: &Path, pid: u32, comm: &str, ppid: u32, flags: u64, argv0: &str, cgroup: &str) {
     write(
