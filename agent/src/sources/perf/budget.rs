@@ -387,23 +387,16 @@ impl fmt::Display for PeriodChoice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fixture(name: &str) -> HostRoot {
-        HostRoot::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/pmus")
-                .join(name),
-        )
-    }
+    use crate::sources::perf::pmu_fixture;
 
     #[test]
     fn reads_the_sysctls_from_the_root() {
         assert_eq!(
-            KernelLimits::read(&fixture("skylake-server")).unwrap(),
+            KernelLimits::read(&pmu_fixture("skylake-server")).unwrap(),
             KernelLimits::LINUX_DEFAULT
         );
         assert_eq!(
-            KernelLimits::read(&fixture("sapphire-rapids")).unwrap(),
+            KernelLimits::read(&pmu_fixture("sapphire-rapids")).unwrap(),
             KernelLimits {
                 max_sample_rate: 12_000,
                 cpu_time_max_percent: 25

@@ -481,20 +481,22 @@ impl HotnessSource for PerfSource {
     }
 }
 
+/// The PMU tree `tests/fixtures/pmus/<name>` as a host root, for the tests of this folder.
+#[cfg(test)]
+fn pmu_fixture(name: &str) -> HostRoot {
+    HostRoot::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures/pmus")
+            .join(name),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn fixture(name: &str) -> HostRoot {
-        HostRoot::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/pmus")
-                .join(name),
-        )
-    }
-
     fn split_for(kind: SourceKind, pmus: &str) -> Option<StoreSplit> {
-        let root = fixture(pmus);
+        let root = pmu_fixture(pmus);
         let scan = PmuScan::read(&root).expect("fixture PMUs");
         let options = PerfSourceOptions::new(vec![0], KernelLimits::read(&root).expect("limits"));
         let spec = perf_spec_for(kind, &scan, &root, &options).expect("a spec");
@@ -517,7 +519,7 @@ mod tests {
     /// The row of docs/operations.md's density table for a PEBS server with `cpus` CPUs at
     /// the shipped defaults (budget, expected rates) and a stock kernel's limits.
     fn density_row(cpus: u32) -> String {
-        let root = fixture("sapphire-rapids");
+        let root = pmu_fixture("sapphire-rapids");
         let scan = PmuScan::read(&root).expect("fixture PMUs");
         let options = PerfSourceOptions::new((0..cpus).collect(), KernelLimits::LINUX_DEFAULT);
         let spec = perf_spec_for(SourceKind::Pebs, &scan, &root, &options).expect("a spec");

@@ -324,14 +324,7 @@ pub fn spec(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn fixture(name: &str) -> HostRoot {
-        HostRoot::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/pmus")
-                .join(name),
-        )
-    }
+    use crate::sources::perf::pmu_fixture;
 
     const OPTIONS: PebsOptions = PebsOptions {
         ldlat: DEFAULT_LDLAT,
@@ -341,7 +334,7 @@ mod tests {
 
     #[test]
     fn missing_mem_loads_names_pmu_and_file() {
-        let root = fixture("no-mem-loads");
+        let root = pmu_fixture("no-mem-loads");
         let scan = PmuScan::read(&root).unwrap();
         let err = plan(&root, &scan, &OPTIONS).unwrap_err();
         let text = err.to_string();
@@ -355,7 +348,7 @@ mod tests {
 
     #[test]
     fn no_core_pmu_at_all() {
-        let root = fixture("zen4");
+        let root = pmu_fixture("zen4");
         let mut scan = PmuScan::read(&root).unwrap();
         scan.pmus.retain(|p| p.name != "cpu");
         assert!(matches!(
@@ -366,7 +359,7 @@ mod tests {
 
     #[test]
     fn ldlat_below_minimum_is_rejected() {
-        let root = fixture("skylake-server");
+        let root = pmu_fixture("skylake-server");
         let scan = PmuScan::read(&root).unwrap();
         let options = PebsOptions {
             ldlat: 2,
@@ -380,7 +373,7 @@ mod tests {
 
     #[test]
     fn stores_can_be_left_out() {
-        let root = fixture("skylake-server");
+        let root = pmu_fixture("skylake-server");
         let scan = PmuScan::read(&root).unwrap();
         let options = PebsOptions {
             store_period: None,
