@@ -116,13 +116,7 @@ impl EpochOracle {
                 }
                 let bit = 1u64 << (p % 64);
                 if fast[p / 64] & bit != 0 && w[p / 64] & bit == 0 {
-                    model.migrate(
-                        base + p as u64 * PAGE_SIZE,
-                        PAGE_SIZE,
-                        Tier::Slow,
-                        PAGE_SIZE,
-                        now_ms,
-                    );
+                    model.migrate_page(sp, p, Tier::Slow, now_ms);
                     free += 1;
                 }
             }
@@ -139,13 +133,7 @@ impl EpochOracle {
             for p in 0..SUBPAGES {
                 let bit = 1u64 << (p % 64);
                 if w[p / 64] & bit != 0 && fast[p / 64] & bit == 0 {
-                    model.migrate(
-                        base + p as u64 * PAGE_SIZE,
-                        PAGE_SIZE,
-                        Tier::Fast,
-                        PAGE_SIZE,
-                        now_ms,
-                    );
+                    model.migrate_page(sp, p, Tier::Fast, now_ms);
                 }
             }
         }

@@ -88,11 +88,12 @@ impl Tpp {
             if s.fast == [0; 8] || self.promoted.get(&s.sp) == Some(&self.round) {
                 continue;
             }
-            let base = s.sp * SUPERPAGE_SIZE;
+            let sp = s.sp;
             if s.huge {
                 if s.accessed != [0; 8] {
                     s.accessed = [0; 8];
                 } else {
+                    let base = sp * SUPERPAGE_SIZE;
                     model.migrate(base, SUPERPAGE_SIZE, Tier::Slow, SUPERPAGE_SIZE, now_ms);
                 }
             } else {
@@ -112,13 +113,7 @@ impl Tpp {
                     if model.fast_free_bytes() >= target {
                         break;
                     }
-                    model.migrate(
-                        base + p as u64 * PAGE_SIZE,
-                        PAGE_SIZE,
-                        Tier::Slow,
-                        PAGE_SIZE,
-                        now_ms,
-                    );
+                    model.migrate_page(sp, p, Tier::Slow, now_ms);
                 }
             }
         }

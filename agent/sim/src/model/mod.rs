@@ -293,6 +293,13 @@ impl TierModel {
         }
     }
 
+    /// Moves page `page` (4 KiB) of superpage `sp` to `to` on its own, as [`Self::migrate`]
+    /// does; returns the bytes moved.
+    pub fn migrate_page(&mut self, sp: u64, page: usize, to: Tier, now_ms: u32) -> u64 {
+        let start = sp * SUPERPAGE_SIZE + page as u64 * PAGE_SIZE;
+        self.migrate(start, PAGE_SIZE, to, PAGE_SIZE, now_ms)
+    }
+
     /// Moves the pages of `[start, start + len)` that are not in `to`, one operation per
     /// `granularity` chunk. Promotions that do not fit are refused whole (counted). Returns the
     /// bytes moved.
