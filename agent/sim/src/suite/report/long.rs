@@ -188,15 +188,10 @@ fn sizes_label(sizes: &[(&str, crate::run::FastSize)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::{
-        super::{Report, fake_run},
+        super::{fake_run, render_section_with_long},
         Choice, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER, LONG_SAMPLING, PolicyName,
     };
-    use crate::{
-        model::PresetName,
-        run::SimConfig,
-        suite::{Results, SuiteArgs},
-    };
-    use std::collections::BTreeMap;
+    use crate::suite::Results;
 
     /// memtide keeps 0.8 of its hit ratio at the production density (under the 0.9 asked for),
     /// and DAMON moves nothing on one trace: both checks say so and name it.
@@ -223,26 +218,9 @@ mod tests {
                 }
             }
         }
-        let args = SuiteArgs {
-            records: 0,
-            footprint: 0,
-            out: "docs".into(),
-            traces: "traces".into(),
-            jobs: None,
-        };
-        let base = SimConfig::new(PresetName::Pmem.preset());
-        let report = Report {
-            results: &results,
-            footprints: &BTreeMap::new(),
-            traces: Vec::new(),
-            real: Vec::new(),
-            long: traces.map(str::to_owned).to_vec(),
-            args: &args,
-            base: &base,
-            elapsed: 0.0,
-        };
-        let mut o = String::new();
-        report.long_steady_states(&mut o);
+        let o = render_section_with_long(&results, &[], &traces, |report, o| {
+            report.long_steady_states(o);
+        });
         assert!(
             o.contains("| memtide | 0.500 | 0.400 | 1.200 | 1.200 | 8 |"),
             "{o}"

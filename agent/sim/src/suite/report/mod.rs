@@ -284,6 +284,17 @@ fn render_section(
     real: &[&str],
     section: impl FnOnce(&Report<'_>, &mut String),
 ) -> String {
+    render_section_with_long(results, real, &[], section)
+}
+
+/// [`render_section`] with `long` as the traces of the long steady states.
+#[cfg(test)]
+fn render_section_with_long(
+    results: &Results,
+    real: &[&str],
+    long: &[&str],
+    section: impl FnOnce(&Report<'_>, &mut String),
+) -> String {
     let args = SuiteArgs {
         records: 0,
         footprint: 0,
@@ -297,7 +308,7 @@ fn render_section(
         footprints: &BTreeMap::new(),
         traces: Vec::new(),
         real: real.iter().map(|t| (*t).to_owned()).collect(),
-        long: Vec::new(),
+        long: long.iter().map(|t| (*t).to_owned()).collect(),
         args: &args,
         base: &base,
         elapsed: 0.0,
