@@ -48,6 +48,32 @@ need_root() {
     fi
 }
 
+# Installs the Debian packages named that are missing, after one `apt-get update` a run.
+# $install_note, when set, is said after the packages' names.
+apt_updated=0
+install_debs() {
+    local missing=()
+    local pkg
+    for pkg in "$@"; do
+        if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+            say "ok: $pkg"
+        else
+            missing+=("$pkg")
+        fi
+    done
+    if [ "${#missing[@]}" -eq 0 ]; then
+        return 0
+    fi
+    need_root "${missing[*]}"
+    if [ "$apt_updated" -eq 0 ]; then
+        say "apt-get update"
+        apt_get update -qq
+        apt_updated=1
+    fi
+    say "installing ${missing[*]}${install_note:+ $install_note}"
+    apt_install "${missing[@]}" >/dev/null
+}
+
 export PATH="$HOME/.cargo/bin:$PATH"
 
 # --- deploy: the tools deploy/tests/*.sh run; nothing of the Rust toolchain ----------------------
@@ -62,21 +88,8 @@ if [ "$what" = deploy ]; then
         "check-jsonschema==0.39.0"
         "cloudcoil-models-prometheus-operator==0.80.1.0"
     )
-    deploy_missing=()
-    for pkg in prometheus util-linux strace; do
-        if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-            say "ok: $pkg"
-        else
-            deploy_missing+=("$pkg")
-        fi
-    done
-    if [ "${#deploy_missing[@]}" -gt 0 ]; then
-        need_root "${deploy_missing[*]}"
-        say "apt-get update"
-        apt_get update -qq
-        say "installing ${deploy_missing[*]} (the package's own service is not started: policy-rc.d or no systemd)"
-        apt_install "${deploy_missing[@]}" >/dev/null
-    fi
+    install_note="(the package's own service is not started: policy-rc.d or no systemd)" \
+        install_debs prometheus util-linux strace
     pip_missing=()
     for spec in "${DEPLOY_PIP_PACKAGES[@]}"; do
         name=${spec%%==*}
@@ -146,30 +159,6 @@ else
 fi
 
 # --- Debian packages ----------------------------------------------------------------------------
-apt_updated=0
-install_debs() {
-    local missing=()
-    local pkg
-    for pkg in "$@"; do
-        if dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
-            say "ok: $pkg"
-        else
-            missing+=("$pkg")
-        fi
-    done
-    if [ "${#missing[@]}" -eq 0 ]; then
-        return 0
-    fi
-    need_root "${missing[*]}"
-    if [ "$apt_updated" -eq 0 ]; then
-        say "apt-get update"
-        apt_get update -qq
-        apt_updated=1
-    fi
-    say "installing ${missing[*]}"
-    apt_install "${missing[@]}" >/dev/null
-}
-
 # bpftool: the tests check that no BPF program is left attached after the agent exits.
 # numactl: migratepages and numactl -H for the migration benchmark and the VM checks.
 # wrk: scripts/load-test.sh (the /metrics and /status load figures in docs/reliability.md).
