@@ -159,10 +159,10 @@ pub struct ScanRegion {
     pub coverage: Option<f64>,
     /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses).
     pub hot: bool,
-    /// Its stage-1 count is below the hot set's cut-off by more than sampling noise
-    /// ([`below_beyond_noise`]): being outside the hot set is evidence of being colder. Where
-    /// the cut falls between counts of one and two samples (a PMU's period) it is not.
-    pub colder_than_hot: bool,
+    /// Stage 1 finds it colder than what the fast tier holds ([`colder_than_fast`]): being
+    /// outside the hot set is evidence of being colder only where the fast tier could not hold
+    /// it beside the hotter superpages anyway, and only beyond sampling noise.
+    pub colder_than_fast: bool,
     /// One of its pages holds the samples a promotion needs (`benefit.min_samples`): its pages
     /// can move one by one.
     pub page_at_floor: bool,
@@ -217,6 +217,29 @@ pub fn below_beyond_noise(count: u32, cutoff: u32) -> bool {
     at_most < NOISE_LEVEL
 }
 
+/// Whether a superpage whose cooled stage-1 count is `count` is colder than what the fast tier
+/// holds, by more than sampling noise. Its count must be below, beyond noise
+/// ([`below_beyond_noise`]), both the hot set's cut-off (`hot_cutoff`) and the count that ranks
+/// a superpage among those the fast tier can hold (`fits_fast`): where the fast tier holds more
+/// superpages than the hot set (one superpage carrying 70 % of the accesses, a few warm ones
+/// beside it), a superpage it could hold beside every hotter one is not colder than what
+/// deserves it. Or stage 1 has cooled it to nothing while its pages still hold `min_samples`
+/// samples (`stage2_samples`, stage 2 cooling once an epoch): cooling waits until the hottest
+/// superpage has gathered the evidence a promotion needs, so this one drew no sample in that
+/// time after drawing many before, a burst that has passed (a stream moving on). A superpage
+/// sampled once or twice in all is not shown cold by its silence: at a PMU's period that is
+/// all a steadily warm superpage draws in seconds.
+#[must_use]
+pub fn colder_than_fast(
+    count: u32,
+    (hot_cutoff, fits_fast): (u32, u32),
+    stage2_samples: u32,
+    min_samples: u32,
+) -> bool {
+    let passed_burst = count == 0 && stage2_samples >= min_samples.max(1);
+    passed_burst || below_beyond_noise(count, hot_cutoff.max(1).min(fits_fast.max(1)))
+}
+
 /// Consecutive counting intervals with samples that make a superpage's heat lasting: its
 /// reuse spans at least one whole interval (the middle one), which a sweep moving on within an
 /// interval cannot show. From 2 to 8 the real-program corpus's geometric means move by 0.2 %
@@ -240,17 +263,18 @@ impl ScanRegion {
     /// and moving 2 MiB for a few hot pages costs 512 times the move of one: a superpage moves
     /// whole only while none of its pages holds the floor (nothing finer could move); once one
     /// does, its pages move one by one until a window tells. Nor can its samples tell lasting
-    /// heat from a sweep passing through, so it must not be colder than stage 1's hot set by
-    /// more than sampling noise (`colder_than_hot`). Membership of the hot set itself is not
-    /// the test: at a PMU's period, with one or two samples per superpage in seconds, the cut
-    /// falls between counts of one and two, and requiring it kept memtide from moving most
-    /// sampled superpages at production density. What a whole move would bring in is then
-    /// Eq. (1)'s call on the traffic the samples stand for.
+    /// heat from a sweep passing through, so stage 1 must not find it colder than what the fast
+    /// tier holds (`colder_than_fast`). Membership of the hot set itself is not the test: at a
+    /// PMU's period, with one or two samples per superpage in seconds, the cut falls between
+    /// counts of one and two, and where one superpage carries most of the accesses the hot set
+    /// is that one while the fast tier holds ten; requiring it kept memtide from moving most
+    /// sampled superpages at sparse densities. What a whole move would bring in is then Eq. (1)'s
+    /// call on the traffic the samples stand for.
     #[must_use]
     pub fn shows_heat(&self) -> bool {
         match self.coverage {
             Some(_) => self.hot || self.resolves_pages() || (self.lasting && self.fits_fast),
-            None => !self.colder_than_hot && !self.page_at_floor,
+            None => !self.colder_than_fast && !self.page_at_floor,
         }
     }
 

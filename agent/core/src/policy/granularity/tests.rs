@@ -17,7 +17,7 @@ fn slow_region(sp: u64, accessed: [u64; 8]) -> ScanRegion {
         density_scale: 1.0,
         coverage: None,
         hot: true,
-        colder_than_hot: false,
+        colder_than_fast: false,
         fits_fast: true,
         lasting: false,
         page_at_floor: false,
@@ -68,7 +68,7 @@ fn move_out_lowers_only_for_sparse_fast_data() {
         density_scale: 1.0,
         coverage: None,
         hot: true,
-        colder_than_hot: false,
+        colder_than_fast: false,
         fits_fast: true,
         lasting: false,
         page_at_floor: false,
@@ -240,15 +240,16 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
     assert!(!cfg.moves_whole(Granularity::KIB_4, &ScanRegion { hot: false, ..thin }));
     let young_cold = ScanRegion {
         hot: false,
-        colder_than_hot: true,
+        colder_than_fast: true,
         ..young
     };
     assert!(!cfg.moves_whole(Granularity::KIB_4, &young_cold));
-    // Unless it is outside the hot set by no more than sampling noise (one sample against a
-    // cut-off of two at a PMU's period): whether the move pays is Eq. (1)'s, on the samples'
-    // traffic...
+    // Unless stage 1 does not find it colder than what the fast tier holds
+    // ([`colder_than_fast`]: outside the hot set by no more than sampling noise, or ranked
+    // among the superpages the fast tier can hold): whether the move pays is Eq. (1)'s, on the
+    // samples' traffic...
     let unranked = ScanRegion {
-        colder_than_hot: false,
+        colder_than_fast: false,
         ..young_cold
     };
     assert!(unranked.shows_heat());
@@ -279,7 +280,7 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
     assert!(cfg.moves_whole(Granularity::KIB_4, &warm));
     // ...but not where the fast tier cannot hold it beside hotter ones, not while its samples
     // have come and gone within fewer intervals (a sweep passing through), not before a
-    // window fills where stage 1 finds it colder than the hot set, and not when the window
+    // window fills where stage 1 finds it colder than what the fast tier holds, and not when the window
     // shows it sparse.
     for not_whole in [
         ScanRegion {
@@ -292,7 +293,7 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
         },
         ScanRegion {
             coverage: None,
-            colder_than_hot: true,
+            colder_than_fast: true,
             ..warm
         },
         ScanRegion {
@@ -378,7 +379,7 @@ fn fixed_granularity_never_changes_and_ignores_density() {
             density_scale: 1.0,
             coverage: Some(1.0),
             hot: true,
-            colder_than_hot: false,
+            colder_than_fast: false,
             fits_fast: true,
             lasting: false,
             page_at_floor: false,
@@ -410,4 +411,28 @@ fn fixed_granularity_never_changes_and_ignores_density() {
         m.chunk_granularity(Granularity::KIB_4, 16),
         Granularity::KIB_4
     );
+}
+
+#[test]
+fn colder_than_what_the_fast_tier_holds_needs_both_bars_or_a_burst_that_passed() {
+    let min_samples = 3;
+    // Below the hot set's cut-off beyond noise, and the fast tier holds no more than the hot
+    // set: colder.
+    assert!(colder_than_fast(0, (10, 10), 1, min_samples));
+    assert!(colder_than_fast(4, (10, 12), 1, min_samples));
+    // One superpage carries the hot set (cut-off 205) while the fast tier holds ten, the tenth
+    // with a count of 2: a superpage with 1 ranks among them within noise.
+    assert!(!colder_than_fast(1, (205, 2), 1, min_samples));
+    assert!(!colder_than_fast(0, (205, 1), 2, min_samples));
+    // Beyond noise of the fast tier's bar too: colder.
+    assert!(colder_than_fast(2, (205, 20), 2, min_samples));
+    // Cooled to nothing after a run of samples (its pages still hold the floor): a burst that
+    // has passed, whatever the bars.
+    assert!(colder_than_fast(0, (205, 1), 3, min_samples));
+    assert!(colder_than_fast(0, (1, 1), 50, min_samples));
+    // Any count left, or never more than a sample or two: its silence shows nothing.
+    assert!(!colder_than_fast(1, (1, 1), 50, min_samples));
+    assert!(!colder_than_fast(0, (1, 1), 2, min_samples));
+    // No floor configured: a single sample is a run.
+    assert!(colder_than_fast(0, (1, 1), 1, 0));
 }

@@ -7,7 +7,7 @@ use crate::{
     policy::{
         CapacityView, PlacementView, PolicyConfig,
         benefit::CostModel,
-        granularity::{LASTING_INTERVALS, ScanRegion, below_beyond_noise},
+        granularity::{LASTING_INTERVALS, ScanRegion, colder_than_fast},
         rw::{self, WritePrediction},
         splits_huge,
     },
@@ -271,7 +271,8 @@ impl Planner {
 /// What a stage-2 superpage's counts are measured against.
 #[derive(Clone, Copy)]
 struct RegionBars {
-    /// Samples a promotion needs (`benefit.min_samples`).
+    /// Samples a promotion needs (`benefit.min_samples`); also what the stage-2 samples of a
+    /// superpage stage 1 has cooled to nothing must reach for its silence to show it cold.
     min_samples: u32,
     /// Stage-1 accesses that rank a superpage among those the fast tier can hold whole.
     fits_fast: u32,
@@ -289,6 +290,9 @@ fn scan_region(
 ) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
     let mut accessed = hot.counted_pages(slot);
+    let stage2_samples: u32 = set_pages(accessed)
+        .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
+        .fold(0, u32::saturating_add);
     let residency = view.residency(superpage_base(sp));
     let sampled = hot.sampled(slot);
     let huge = splits_huge(view, superpage_base(sp), &residency);
@@ -306,9 +310,11 @@ fn scan_region(
         coverage: hot.sample_coverage(slot),
         sampled,
         hot: rec.is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
-        colder_than_hot: below_beyond_noise(
+        colder_than_fast: colder_than_fast(
             rec.map_or(0, |rec| hot.accesses(rec)),
-            hot.hot_cutoff.max(1),
+            (hot.hot_cutoff, bars.fits_fast),
+            stage2_samples,
+            bars.min_samples,
         ),
         fits_fast: rec.is_some_and(|rec| hot.accesses(rec) >= bars.fits_fast),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
