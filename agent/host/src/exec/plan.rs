@@ -118,16 +118,15 @@ mod tests {
     use super::*;
     use crate::sys::mempolicy::PageStatus;
     use memtide_core::policy::MoveReason;
-    use memtide_core::units::Granularity;
+    use memtide_core::units::{Granularity, PAGE_SIZE};
 
     #[test]
     fn each_superpage_of_a_move_goes_to_the_node_chosen_for_it() {
-        const SP: u64 = SUPERPAGE_SIZE;
         let plan = Plan {
             moves: vec![PlannedMove {
                 // Half a superpage, then three whole ones.
-                start: SP / 2,
-                len: 3 * SP + SP / 2,
+                start: SUPERPAGE_SIZE / 2,
+                len: 3 * SUPERPAGE_SIZE + SUPERPAGE_SIZE / 2,
                 direction: Direction::Promote,
                 granularity: Granularity::KIB_4,
                 reason: MoveReason::Hot,
@@ -138,24 +137,30 @@ mod tests {
         let mut asked = Vec::new();
         // Superpages 0 and 1 are accessed from socket 0, 2 and 3 from socket 1.
         let requests = requests_by_node(&plan, |superpage, bytes, direction| {
-            asked.push((superpage / SP, bytes, direction));
-            u32::from(superpage >= 2 * SP)
+            asked.push((superpage / SUPERPAGE_SIZE, bytes, direction));
+            u32::from(superpage >= 2 * SUPERPAGE_SIZE)
         });
         assert_eq!(
             asked,
             [
-                (0, SP / 2, Direction::Promote),
-                (1, SP, Direction::Promote),
-                (2, SP, Direction::Promote),
-                (3, SP, Direction::Promote),
+                (0, SUPERPAGE_SIZE / 2, Direction::Promote),
+                (1, SUPERPAGE_SIZE, Direction::Promote),
+                (2, SUPERPAGE_SIZE, Direction::Promote),
+                (3, SUPERPAGE_SIZE, Direction::Promote),
             ]
         );
         let spans: Vec<(u64, u64, u32)> = requests
             .iter()
             .map(|r| (r.start, r.len, r.to_node))
             .collect();
-        assert_eq!(spans, [(SP / 2, SP + SP / 2, 0), (2 * SP, 2 * SP, 1)]);
-        assert!(requests.iter().all(|r| r.granularity == 4096));
+        assert_eq!(
+            spans,
+            [
+                (SUPERPAGE_SIZE / 2, SUPERPAGE_SIZE + SUPERPAGE_SIZE / 2, 0),
+                (2 * SUPERPAGE_SIZE, 2 * SUPERPAGE_SIZE, 1)
+            ]
+        );
+        assert!(requests.iter().all(|r| r.granularity == PAGE_SIZE));
     }
 
     #[test]
@@ -189,7 +194,7 @@ mod tests {
                     start: 0x20_0000,
                     len: 0x20_0000,
                     to_node: 0,
-                    granularity: 2 << 20,
+                    granularity: SUPERPAGE_SIZE,
                     direction: Direction::Promote
                 },
                 MoveRequest {
@@ -238,17 +243,32 @@ mod tests {
 
     #[test]
     fn huge_pages_read_from_the_kernel_override_the_presumption() {
-        const SP: u64 = SUPERPAGE_SIZE;
         for presume in [false, true] {
             let mut view = TierPlacement::new(vec![0]).with_huge_presumed(presume);
             // Read: [2, 6) MiB, where the huge range from 3 MiB covers the superpage at 4 MiB
             // whole and the one at 2 MiB only in part (so not as one huge page).
-            view.insert_huge(SP, 3 * SP, &[(SP + SP / 2, 3 * SP)]);
-            assert_eq!(view.huge_mapped(SP), Some(false), "presume {presume}");
-            assert_eq!(view.huge_mapped(2 * SP), Some(true), "presume {presume}");
+            view.insert_huge(
+                SUPERPAGE_SIZE,
+                3 * SUPERPAGE_SIZE,
+                &[(SUPERPAGE_SIZE + SUPERPAGE_SIZE / 2, 3 * SUPERPAGE_SIZE)],
+            );
+            assert_eq!(
+                view.huge_mapped(SUPERPAGE_SIZE),
+                Some(false),
+                "presume {presume}"
+            );
+            assert_eq!(
+                view.huge_mapped(2 * SUPERPAGE_SIZE),
+                Some(true),
+                "presume {presume}"
+            );
             // Not read: as before.
             let unread = if presume { None } else { Some(false) };
-            assert_eq!(view.huge_mapped(3 * SP), unread, "presume {presume}");
+            assert_eq!(
+                view.huge_mapped(3 * SUPERPAGE_SIZE),
+                unread,
+                "presume {presume}"
+            );
             assert_eq!(view.huge_mapped(0), unread, "presume {presume}");
         }
     }

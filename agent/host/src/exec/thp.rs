@@ -13,9 +13,6 @@ use memtide_core::units::SUPERPAGE_SIZE;
 
 use crate::sysfs::{self, HostRoot};
 
-/// A transparent huge page: a superpage, the PMD size on x86-64 and arm64 with 4 KiB pages.
-pub const HUGE_PAGE: u64 = SUPERPAGE_SIZE;
-
 /// What a split attempt did.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum SplitOutcome {
@@ -69,8 +66,8 @@ impl Splitter {
 #[must_use]
 pub const fn huge_cover(start: u64, end: u64) -> (u64, u64) {
     (
-        start & !(HUGE_PAGE - 1),
-        end.div_ceil(HUGE_PAGE) * HUGE_PAGE,
+        start & !(SUPERPAGE_SIZE - 1),
+        end.div_ceil(SUPERPAGE_SIZE) * SUPERPAGE_SIZE,
     )
 }
 
@@ -94,7 +91,7 @@ mod tests {
         let root = HostRoot::new(dir.path());
         let splitter = Splitter::new(&root);
         assert!(matches!(
-            splitter.split(1, 0, HUGE_PAGE),
+            splitter.split(1, 0, SUPERPAGE_SIZE),
             SplitOutcome::Unavailable(_)
         ));
         let file = dir.path().join("sys/kernel/debug/split_huge_pages");

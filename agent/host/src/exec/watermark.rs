@@ -6,6 +6,8 @@
 
 use std::{collections::BTreeMap, path::Path};
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     sysfs::{self, HostRoot, SysfsError},
     topology,
@@ -66,7 +68,7 @@ pub fn parse_zoneinfo(
 pub fn read_watermarks(root: &HostRoot) -> Result<BTreeMap<u32, NodeWatermarks>, SysfsError> {
     let path = root.path("proc/zoneinfo");
     let text = sysfs::read_trimmed(&path)?;
-    parse_zoneinfo(&path, &text, 4096)
+    parse_zoneinfo(&path, &text, PAGE_SIZE)
 }
 
 /// `MemFree` of `node`, from `nodeN/meminfo`; `None` when the node does not exist.
@@ -114,22 +116,26 @@ Node 1, zone  Movable
 
     #[test]
     fn zoneinfo_sums_per_node() {
-        let marks = parse_zoneinfo(Path::new("zoneinfo"), ZONEINFO, 4096).unwrap();
-        assert_eq!(marks[&0].min, (19 + 12957) * 4096);
-        assert_eq!(marks[&0].high, (27 + 19435) * 4096);
+        let marks = parse_zoneinfo(Path::new("zoneinfo"), ZONEINFO, PAGE_SIZE).unwrap();
+        assert_eq!(marks[&0].min, (19 + 12957) * PAGE_SIZE);
+        assert_eq!(marks[&0].high, (27 + 19435) * PAGE_SIZE);
         assert_eq!(
             marks[&1],
             NodeWatermarks {
-                min: 32 * 4096,
-                low: 40 * 4096,
-                high: 48 * 4096
+                min: 32 * PAGE_SIZE,
+                low: 40 * PAGE_SIZE,
+                high: 48 * PAGE_SIZE
             }
         );
-        let err =
-            parse_zoneinfo(Path::new("/proc/zoneinfo"), "Node x, zone DMA\n", 4096).unwrap_err();
+        let err = parse_zoneinfo(Path::new("/proc/zoneinfo"), "Node x, zone DMA\n", PAGE_SIZE)
+            .unwrap_err();
         assert!(err.to_string().starts_with("/proc/zoneinfo"));
-        let err =
-            parse_zoneinfo(Path::new("z"), "Node 0, zone DMA\n   high lots\n", 4096).unwrap_err();
+        let err = parse_zoneinfo(
+            Path::new("z"),
+            "Node 0, zone DMA\n   high lots\n",
+            PAGE_SIZE,
+        )
+        .unwrap_err();
         assert!(matches!(err, SysfsError::Parse { .. }));
     }
 

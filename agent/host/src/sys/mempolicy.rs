@@ -512,6 +512,8 @@ pub fn mems_allowed() -> io::Result<NodeMask> {
 
 #[cfg(test)]
 mod tests {
+    use memtide_core::units::PAGE_SIZE;
+
     use super::*;
 
     #[test]
@@ -601,8 +603,8 @@ mod tests {
     #[test]
     fn query_own_page() {
         // A page of our own stack is resident, on some node this process may use.
-        let value = std::hint::black_box([1u8; 4096]);
-        let addr = value.as_ptr() as usize & !4095;
+        let value = std::hint::black_box([1u8; PAGE_SIZE as usize]);
+        let addr = value.as_ptr() as usize & !(PAGE_SIZE as usize - 1);
         let mut status = Vec::new();
         query_pages(Pid::Current, &[addr], &mut status).unwrap();
         let node = status[0].node().expect("own stack page resident");

@@ -101,6 +101,8 @@ pub fn scan(
 mod tests {
     use std::{fs::File, os::fd::AsFd as _};
 
+    use memtide_core::units::PAGE_SIZE;
+
     use super::*;
 
     const MIB: usize = 1 << 20;
@@ -147,7 +149,7 @@ mod tests {
         // change its contents.
         let ret = unsafe { libc::madvise(start as *mut libc::c_void, len, advice) };
         assert_eq!(ret, 0, "madvise: {}", io::Error::last_os_error());
-        for page in (start..start + len).step_by(4096) {
+        for page in (start..start + len).step_by(PAGE_SIZE as usize) {
             // SAFETY: `page` is a page of the live, writable mapping, written by this thread only.
             unsafe { std::ptr::write_volatile(page as *mut u8, 1) };
         }

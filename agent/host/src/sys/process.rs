@@ -2,6 +2,8 @@
 
 use std::io;
 
+use memtide_core::units::PAGE_SIZE;
+
 /// Turns transparent huge pages off for the calling process (`PR_SET_THP_DISABLE`), so every
 /// 4 KiB page of a fresh buffer faults on its own: what page-granular tests need on kernels
 /// whose THP mode is `always`.
@@ -20,7 +22,7 @@ pub fn disable_thp() -> io::Result<()> {
 /// demand without unmapping memory Rust still owns.
 pub fn discard_pages(buffer: &mut [u8]) -> io::Result<()> {
     let start = buffer.as_mut_ptr();
-    let page = 4096usize;
+    let page = PAGE_SIZE as usize;
     let misalignment = start as usize % page;
     if misalignment != 0 || !buffer.len().is_multiple_of(page) {
         return Err(io::Error::new(

@@ -8,6 +8,7 @@
 
 use std::{collections::BTreeMap, path::Path};
 
+use memtide_core::units::PAGE_SIZE;
 use serde::Serialize;
 
 use crate::sysfs::SysfsError;
@@ -73,7 +74,7 @@ impl NumaMap {
             .keys()
             .map(|&node| self.bytes_on(node))
             .fold(0, u64::saturating_add);
-        bytes / 4096
+        bytes / PAGE_SIZE
     }
 
     /// Bytes on `node`. Saturates at `u64::MAX` (only a corrupt file has that many pages).
@@ -194,6 +195,8 @@ pub fn bytes_per_node(entries: &[NumaMap]) -> BTreeMap<u32, u64> {
 
 #[cfg(test)]
 mod tests {
+    use memtide_core::units::SUPERPAGE_SIZE;
+
     use super::*;
 
     const NUMA_MAPS: &str = "\
@@ -221,7 +224,7 @@ mod tests {
             (maps[2].policy.as_str(), &maps[2].policy_nodes[..]),
             ("bind", &[1][..])
         );
-        assert_eq!(maps[2].bytes_on(1), 512 * 4096);
+        assert_eq!(maps[2].bytes_on(1), 512 * PAGE_SIZE);
         assert_eq!(maps[3].policy, "weighted interleave");
         assert_eq!(maps[3].policy_nodes, vec![0, 1]);
         assert_eq!(maps[3].nodes, BTreeMap::from([(0, 60), (1, 40)]));
@@ -230,7 +233,7 @@ mod tests {
         assert_eq!(maps[5].policy_nodes, vec![0, 1]);
         assert_eq!(maps[5].file.as_deref(), Some("/memfd:shared buf (deleted)"));
         assert!(maps[6].huge);
-        assert_eq!(maps[6].bytes_on(1), 2 << 20);
+        assert_eq!(maps[6].bytes_on(1), SUPERPAGE_SIZE);
         assert_eq!(maps[7].policy, "default");
         assert!(maps[7].nodes.is_empty());
         assert_eq!(maps[8].policy, "prefer");
@@ -239,7 +242,7 @@ mod tests {
         assert!(maps[9].stack);
         assert_eq!(maps[10].policy, "local");
         let total = bytes_per_node(&maps);
-        assert_eq!(total[&1], (512 + 40 + 3) * 4096 + (2 << 20));
+        assert_eq!(total[&1], (512 + 40 + 3) * PAGE_SIZE + SUPERPAGE_SIZE);
     }
 
     #[test]
@@ -265,12 +268,12 @@ mod tests {
                     3000 default N0=18446744073709551615 kernelpagesize_kB=18446744073709551615\n";
         let maps = parse(Path::new("numa_maps"), text).unwrap();
         assert_eq!(maps[0].bytes_on(0), u64::MAX);
-        assert_eq!(maps[0].bytes_on(1), 2 * 4096);
+        assert_eq!(maps[0].bytes_on(1), 2 * PAGE_SIZE);
         assert_eq!(maps[1].bytes_on(0), u64::MAX);
         assert_eq!(maps[2].bytes_on(0), u64::MAX);
         let total = bytes_per_node(&maps);
         assert_eq!(total[&0], u64::MAX);
-        assert_eq!(total[&1], 2 * 4096);
+        assert_eq!(total[&1], 2 * PAGE_SIZE);
     }
 
     #[test]

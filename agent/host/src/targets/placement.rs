@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use memtide_core::units::{PAGE_SIZE as PAGE, SUPERPAGE_SIZE};
+use memtide_core::units::{PAGE_SIZE, SUPERPAGE_SIZE};
 
 use super::{Target, TargetError};
 use crate::sys::mempolicy::{self, PageError, PageStatus, Pid};
@@ -28,10 +28,10 @@ pub fn query_range(
     len: u64,
     batch: usize,
 ) -> Result<Vec<PageStatus>, TargetError> {
-    let first = start & !(PAGE - 1);
-    let end = (start + len).div_ceil(PAGE) * PAGE;
+    let first = start & !(PAGE_SIZE - 1);
+    let end = (start + len).div_ceil(PAGE_SIZE) * PAGE_SIZE;
     let pages: Vec<usize> = (first..end)
-        .step_by(PAGE as usize)
+        .step_by(PAGE_SIZE as usize)
         .map(|a| usize::try_from(a).unwrap_or(usize::MAX))
         .collect();
     query_pages(target, &pages, batch)
@@ -177,7 +177,7 @@ impl TierPlacement {
         target: &Target,
         ranges: &[(u64, u64)],
     ) -> Result<u64, TargetError> {
-        let long = |&(start, end): &(u64, u64)| (end - start) / PAGE >= PRESENCE_MIN_PAGES;
+        let long = |&(start, end): &(u64, u64)| (end - start) / PAGE_SIZE >= PRESENCE_MIN_PAGES;
         // Unreadable (an older kernel, a stricter LSM): ask about every page, as before.
         let mut pagemap = ranges
             .iter()
@@ -195,7 +195,7 @@ impl TierPlacement {
                     self.insert_huge(start, end, &huge);
                 }
             }
-            let addrs = (start..end).step_by(PAGE as usize);
+            let addrs = (start..end).step_by(PAGE_SIZE as usize);
             let present = pagemap
                 .as_mut()
                 .filter(|_| long(range))
@@ -231,7 +231,7 @@ impl TierPlacement {
                     .collect(),
                 None => statuses
                     .by_ref()
-                    .take(as_usize((end - start) / PAGE))
+                    .take(as_usize((end - start) / PAGE_SIZE))
                     .collect(),
             };
             self.insert(start, range);
@@ -254,11 +254,12 @@ impl TierPlacement {
             self.ranges
                 .range(first..hi)
                 .filter_map(move |(&start, statuses)| {
-                    let end = start + statuses.len() as u64 * PAGE;
+                    let end = start + statuses.len() as u64 * PAGE_SIZE;
                     let (from, to) = (lo.max(start), hi.min(end));
-                    let index =
-                        |addr: u64| usize::try_from((addr - start) / PAGE).unwrap_or(usize::MAX);
-                    (from < to).then(|| (start, index(from), index(to.next_multiple_of(PAGE))))
+                    let index = |addr: u64| {
+                        usize::try_from((addr - start) / PAGE_SIZE).unwrap_or(usize::MAX)
+                    };
+                    (from < to).then(|| (start, index(from), index(to.next_multiple_of(PAGE_SIZE))))
                 })
         };
         let found: Vec<(u64, usize, usize)> =
@@ -280,7 +281,7 @@ impl TierPlacement {
 
     fn status(&self, page: u64) -> Option<PageStatus> {
         let (&start, statuses) = self.ranges.range(..=page).next_back()?;
-        let index = usize::try_from((page - start) / PAGE).ok()?;
+        let index = usize::try_from((page - start) / PAGE_SIZE).ok()?;
         statuses.get(index).copied()
     }
 
@@ -288,25 +289,25 @@ impl TierPlacement {
     /// `start` (page-aligned), `index` counting from `start`: one map lookup per range rather
     /// than one per page, for the planner's 512-page residency questions.
     pub fn visit_pages(&self, start: u64, pages: usize, visit: &mut dyn FnMut(usize, PageStatus)) {
-        let end = start.saturating_add(pages as u64 * PAGE);
+        let end = start.saturating_add(pages as u64 * PAGE_SIZE);
         let first = self
             .ranges
             .range(..=start)
             .next_back()
             .map_or(start, |(&range_start, _)| range_start);
         for (&range_start, statuses) in self.ranges.range(first..end) {
-            let range_end = range_start + statuses.len() as u64 * PAGE;
+            let range_end = range_start + statuses.len() as u64 * PAGE_SIZE;
             let (lo, hi) = (start.max(range_start), end.min(range_end));
             let mut addr = lo;
             while addr < hi {
-                let index = usize::try_from((addr - range_start) / PAGE).unwrap_or(usize::MAX);
+                let index = usize::try_from((addr - range_start) / PAGE_SIZE).unwrap_or(usize::MAX);
                 if let Some(&status) = statuses.get(index) {
                     visit(
-                        usize::try_from((addr - start) / PAGE).unwrap_or(usize::MAX),
+                        usize::try_from((addr - start) / PAGE_SIZE).unwrap_or(usize::MAX),
                         status,
                     );
                 }
-                addr += PAGE;
+                addr += PAGE_SIZE;
             }
         }
     }
@@ -329,7 +330,7 @@ impl TierPlacement {
         for (&start, statuses) in &self.ranges {
             let mut run: Option<u64> = None;
             for (i, status) in statuses.iter().enumerate() {
-                let addr = start + i as u64 * PAGE;
+                let addr = start + i as u64 * PAGE_SIZE;
                 let fast = status.node().is_some_and(|n| self.fast_nodes.contains(&n));
                 match (fast, run) {
                     (true, None) => run = Some(addr),
@@ -341,7 +342,7 @@ impl TierPlacement {
                 }
             }
             if let Some(s) = run {
-                visit(s, start + statuses.len() as u64 * PAGE - s);
+                visit(s, start + statuses.len() as u64 * PAGE_SIZE - s);
             }
         }
     }
@@ -350,7 +351,7 @@ impl TierPlacement {
     pub fn queried(&self) -> impl Iterator<Item = (u64, u64)> + '_ {
         self.ranges
             .iter()
-            .map(|(&start, statuses)| (start, start + statuses.len() as u64 * PAGE))
+            .map(|(&start, statuses)| (start, start + statuses.len() as u64 * PAGE_SIZE))
     }
 
     /// Pages per node over everything queried.
@@ -396,7 +397,10 @@ mod tests {
         let asked = view
             .query_all(
                 &target,
-                &[(start, start + (2 << 20)), (single, single + PAGE)],
+                &[
+                    (start, start + SUPERPAGE_SIZE),
+                    (single, single + PAGE_SIZE),
+                ],
             )
             .unwrap();
         let mut whole = TierPlacement::new(vec![0]);
@@ -409,7 +413,7 @@ mod tests {
         assert!(view.node_of(start).is_some() && view.node_of(start + (1 << 20)).is_some());
         assert!(view.node_of(single).is_some());
         assert!(whole.node_of(start + (63 << 20)).is_some());
-        for untouched in [start + PAGE, end - PAGE] {
+        for untouched in [start + PAGE_SIZE, end - PAGE_SIZE] {
             assert_eq!(
                 whole.status(untouched),
                 Some(PageStatus::Error(PageError::NotPresent))

@@ -4,11 +4,11 @@
 
 use std::time::Instant;
 
-use memtide_core::units::PAGE_SIZE as PAGE;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE};
 
-use super::{Backend, DirectionReport, Executor, PAGES_PER_HUGE, PageWork, Stop};
+use super::{Backend, DirectionReport, Executor, PageWork, Stop};
 use crate::{
-    exec::{ExecError, thp::HUGE_PAGE, watermark},
+    exec::{ExecError, watermark},
     sys::mempolicy::{MPOL_MF_MOVE_ALL, PageError, PageStatus},
 };
 
@@ -45,16 +45,21 @@ impl Executor {
     ) -> Result<(), Stop> {
         if !heads.is_empty() {
             let mut moved_heads = Vec::new();
-            self.move_batches(backend, heads, report, &mut moved_heads, false, HUGE_PAGE)?;
+            self.move_batches(
+                backend,
+                heads,
+                report,
+                &mut moved_heads,
+                false,
+                SUPERPAGE_SIZE,
+            )?;
             let mut chunk_pages = Vec::new();
             for head in heads.iter() {
-                chunk_pages.extend((0..PAGES_PER_HUGE).map(|i| (head.addr + i * PAGE) as usize));
+                chunk_pages
+                    .extend((0..SUBPAGES as u64).map(|i| (head.addr + i * PAGE_SIZE) as usize));
             }
             let mut status = Vec::new();
-            for (chunk, head) in chunk_pages
-                .chunks(PAGES_PER_HUGE as usize)
-                .zip(heads.iter())
-            {
+            for (chunk, head) in chunk_pages.chunks(SUBPAGES).zip(heads.iter()) {
                 backend.alive()?;
                 backend.query(chunk, &mut status)?;
                 let mut all_there = true;
@@ -76,7 +81,7 @@ impl Executor {
                 }
             }
         }
-        self.move_batches(backend, pages, report, moved, self.cfg.verify, PAGE)
+        self.move_batches(backend, pages, report, moved, self.cfg.verify, PAGE_SIZE)
     }
 
     /// Moves `pages` in batches by destination; pages left on the destination are pushed to
@@ -117,7 +122,7 @@ impl Executor {
             let cut = take < want;
             if cut {
                 // Up to the watermark, then nothing more for this node in this call.
-                report.watermark_limited_pages += (same_node - take) as u64 * (unit / PAGE);
+                report.watermark_limited_pages += (same_node - take) as u64 * (unit / PAGE_SIZE);
             }
             if take > 0 {
                 let this = Batch {
@@ -188,7 +193,7 @@ impl Executor {
         };
         for work in &confirmed {
             // Heads were counted chunk by chunk by the caller.
-            if batch.unit == PAGE {
+            if batch.unit == PAGE_SIZE {
                 report.moved(1, work.granularity);
             }
             moved.push(work.addr);

@@ -3,13 +3,10 @@
 
 use std::collections::BTreeSet;
 
-use memtide_core::units::PAGE_SIZE as PAGE;
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE};
 
-use super::{Backend, ExecReport, Executor, PAGES_PER_HUGE, Stop};
-use crate::{
-    exec::{ExecError, thp::HUGE_PAGE},
-    targets::TargetError,
-};
+use super::{Backend, ExecReport, Executor, Stop};
+use crate::{exec::ExecError, targets::TargetError};
 
 impl Executor {
     /// Collapses each candidate chunk this call moved pages into once all its resident pages
@@ -29,19 +26,19 @@ impl Executor {
         for chunk in candidates {
             // Dense: every resident page of the chunk was moved by this call or already sat
             // on the destination, and the chunk was part of this call's promotions.
-            if moved.range(chunk..chunk + HUGE_PAGE).next().is_none() {
+            if moved.range(chunk..chunk + SUPERPAGE_SIZE).next().is_none() {
                 continue;
             }
-            let pages: Vec<usize> = (0..PAGES_PER_HUGE)
-                .map(|i| (chunk + i * PAGE) as usize)
+            let pages: Vec<usize> = (0..SUBPAGES as u64)
+                .map(|i| (chunk + i * PAGE_SIZE) as usize)
                 .collect();
             backend.query(&pages, &mut status)?;
             let nodes: BTreeSet<u32> = status.iter().filter_map(|s| s.node()).collect();
-            let resident = status.iter().filter(|s| s.node().is_some()).count() as u64;
-            if nodes.len() != 1 || resident < PAGES_PER_HUGE {
+            let resident = status.iter().filter(|s| s.node().is_some()).count();
+            if nodes.len() != 1 || resident < SUBPAGES {
                 continue;
             }
-            match backend.collapse(chunk, HUGE_PAGE) {
+            match backend.collapse(chunk, SUPERPAGE_SIZE) {
                 Ok(()) => report.collapsed += 1,
                 Err(ExecError::Target(TargetError::Exited { .. })) => return Err(Stop::Exited),
                 Err(_) => report.collapse_failed += 1,

@@ -30,8 +30,6 @@ use self::shape::Shaped;
 use super::{ExecError, HugeRange, ratelimit::TokenBucket, thp::SplitOutcome};
 use crate::{sys::mempolicy::PageStatus, targets::TargetError};
 
-const PAGES_PER_HUGE: u64 = SUBPAGES as u64;
-
 /// One range to move to one node. `start` and `len` are multiples of `granularity`, which is a
 /// multiple of 4 KiB (4 KiB, 64 KiB and 2 MiB in practice).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -232,8 +230,7 @@ impl Executor {
         let (demote_pages, promote_pages): (Vec<_>, Vec<_>) = std::mem::take(work)
             .into_iter()
             .partition(|p| p.direction == Direction::Demote);
-        let promote_total =
-            (promote_heads.len() as u64) * PAGES_PER_HUGE + promote_pages.len() as u64;
+        let promote_total = (promote_heads.len() * SUBPAGES + promote_pages.len()) as u64;
         let mut moved = Vec::new();
         let phases = [
             (Direction::Demote, demote_heads, demote_pages),

@@ -4,10 +4,10 @@
 
 use std::{collections::BTreeSet, time::Instant};
 
-use memtide_core::units::{Direction, PAGE_SIZE as PAGE};
+use memtide_core::units::{Direction, PAGE_SIZE, SUPERPAGE_SIZE};
 
 use super::{Backend, ExecReport, Executor, MoveRequest, PageWork, Stop};
-use crate::exec::thp::{HUGE_PAGE, SplitOutcome, huge_cover};
+use crate::exec::thp::{SplitOutcome, huge_cover};
 
 /// A call's requests as page work.
 #[derive(Default)]
@@ -45,7 +45,7 @@ impl Executor {
         let mut shaped = Shaped::default();
         let mut splits_done: BTreeSet<u64> = BTreeSet::new();
         for request in requests {
-            let gran = request.granularity.max(PAGE);
+            let gran = request.granularity.max(PAGE_SIZE);
             let granted = self.grant(request, gran, now, report);
             if granted == 0 {
                 continue;
@@ -64,34 +64,34 @@ impl Executor {
                     let (s, e) = huge_cover(start, end);
                     shaped
                         .heads
-                        .extend((s..e).step_by(HUGE_PAGE as usize).map(page));
+                        .extend((s..e).step_by(SUPERPAGE_SIZE as usize).map(page));
                 }
-                Some(false) if gran >= HUGE_PAGE && start.is_multiple_of(HUGE_PAGE) => {
+                Some(false) if gran >= SUPERPAGE_SIZE && start.is_multiple_of(SUPERPAGE_SIZE) => {
                     shaped
                         .heads
-                        .extend((start..end).step_by(HUGE_PAGE as usize).map(page));
+                        .extend((start..end).step_by(SUPERPAGE_SIZE as usize).map(page));
                 }
                 Some(false) => {
                     let (s, e) = huge_cover(start, end);
                     self.split_first(backend, (s, e), &mut splits_done, report);
                     shaped
                         .pages
-                        .extend((start..end).step_by(PAGE as usize).map(page));
+                        .extend((start..end).step_by(PAGE_SIZE as usize).map(page));
                     if request.direction == Direction::Promote {
                         shaped
                             .collapse_candidates
-                            .extend((s..e).step_by(HUGE_PAGE as usize));
+                            .extend((s..e).step_by(SUPERPAGE_SIZE as usize));
                     }
                 }
                 None => {
                     shaped
                         .pages
-                        .extend((start..end).step_by(PAGE as usize).map(page));
-                    if request.direction == Direction::Promote && gran < HUGE_PAGE {
+                        .extend((start..end).step_by(PAGE_SIZE as usize).map(page));
+                    if request.direction == Direction::Promote && gran < SUPERPAGE_SIZE {
                         let (s, e) = huge_cover(start, end);
                         shaped
                             .collapse_candidates
-                            .extend((s..e).step_by(HUGE_PAGE as usize));
+                            .extend((s..e).step_by(SUPERPAGE_SIZE as usize));
                     }
                 }
             }
@@ -141,7 +141,7 @@ impl Executor {
                     *report.split_fallbacks.entry("split_failed").or_insert(0) += 1;
                 }
             }
-            splits_done.extend((s..e).step_by(HUGE_PAGE as usize));
+            splits_done.extend((s..e).step_by(SUPERPAGE_SIZE as usize));
         } else if !self.cfg.split_huge {
             *report.split_fallbacks.entry("split_disabled").or_insert(0) += 1;
         }

@@ -3,13 +3,10 @@
 
 use std::{collections::BTreeSet, time::Duration};
 
-use memtide_core::units::PAGE_SIZE as PAGE;
+use memtide_core::units::{PAGE_SIZE, SUPERPAGE_SIZE};
 
 use super::*;
-use crate::{
-    exec::thp::HUGE_PAGE,
-    sys::mempolicy::{PageError, PageStatus},
-};
+use crate::sys::mempolicy::{PageError, PageStatus};
 
 const MIB: u64 = 1 << 20;
 
@@ -48,7 +45,7 @@ impl Fake {
         let mut f = Self::default();
         f.nodes.insert(0, (1 << 40, 0));
         f.nodes.insert(1, (1 << 40, 0));
-        for addr in range.step_by(PAGE as usize) {
+        for addr in range.step_by(PAGE_SIZE as usize) {
             f.pages.insert(addr, node);
         }
         f
@@ -118,9 +115,11 @@ impl Backend for Fake {
                 lies += 1;
                 continue;
             }
-            let head = a & !(HUGE_PAGE - 1);
+            let head = a & !(SUPERPAGE_SIZE - 1);
             let span: Vec<u64> = if self.thp.contains(&head) {
-                (head..head + HUGE_PAGE).step_by(PAGE as usize).collect()
+                (head..head + SUPERPAGE_SIZE)
+                    .step_by(PAGE_SIZE as usize)
+                    .collect()
             } else {
                 vec![a]
             };
@@ -129,9 +128,9 @@ impl Backend for Fake {
                     && *n != node
                 {
                     let from = std::mem::replace(n, node);
-                    self.nodes.get_mut(&node).unwrap().0 -= PAGE;
+                    self.nodes.get_mut(&node).unwrap().0 -= PAGE_SIZE;
                     if let Some(source) = self.nodes.get_mut(&from) {
-                        source.0 += PAGE;
+                        source.0 += PAGE_SIZE;
                     }
                 }
             }
@@ -156,7 +155,7 @@ impl Backend for Fake {
             return SplitOutcome::Unavailable("no debugfs");
         }
         self.splits.push((start, end));
-        for head in (start..end).step_by(HUGE_PAGE as usize) {
+        for head in (start..end).step_by(SUPERPAGE_SIZE as usize) {
             self.thp.remove(&head);
         }
         SplitOutcome::Split
@@ -185,13 +184,13 @@ fn request(start: u64, len: u64, to_node: u32, granularity: u64) -> MoveRequest 
 #[test]
 fn batches_pages_and_counts_not_present() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 3000 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 3000 * PAGE_SIZE, 1);
     // 100 pages of the requested range were never touched.
     let mut ex = Executor::new(ExecConfig::default());
     let report = ex
         .execute(
             &mut fake,
-            &[request(base, 3100 * PAGE, 0, PAGE)],
+            &[request(base, 3100 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -210,26 +209,30 @@ fn batches_pages_and_counts_not_present() {
 #[test]
 fn promotions_and_demotions_are_reported_apart() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 16 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 16 * PAGE_SIZE, 1);
     for page in 0..16 {
-        fake.pages.insert(base + 32 * PAGE + page * PAGE, 0);
+        fake.pages
+            .insert(base + 32 * PAGE_SIZE + page * PAGE_SIZE, 0);
     }
-    fake.busy.insert(base + 3 * PAGE, 1);
+    fake.busy.insert(base + 3 * PAGE_SIZE, 1);
     let mut ex = Executor::new(ExecConfig::default());
-    let promote = request(base, 16 * PAGE, 0, 16 * PAGE);
-    let demote = request(base + 32 * PAGE, 8 * PAGE, 1, PAGE);
+    let promote = request(base, 16 * PAGE_SIZE, 0, 16 * PAGE_SIZE);
+    let demote = request(base + 32 * PAGE_SIZE, 8 * PAGE_SIZE, 1, PAGE_SIZE);
     let r = ex
         .execute(&mut fake, &[promote, demote], Instant::now())
         .unwrap();
     assert_eq!(r.promote.pages_moved, 15, "{r:?}");
     assert_eq!(
         r.promote.moved_by_granularity,
-        BTreeMap::from([(16 * PAGE, 15)])
+        BTreeMap::from([(16 * PAGE_SIZE, 15)])
     );
     assert_eq!(r.promote.failures, BTreeMap::from([("ebusy", 1)]));
-    assert_eq!(r.promote.requested_bytes, 16 * PAGE);
+    assert_eq!(r.promote.requested_bytes, 16 * PAGE_SIZE);
     assert_eq!(r.demote.pages_moved, 8);
-    assert_eq!(r.demote.moved_by_granularity, BTreeMap::from([(PAGE, 8)]));
+    assert_eq!(
+        r.demote.moved_by_granularity,
+        BTreeMap::from([(PAGE_SIZE, 8)])
+    );
     assert!(r.demote.failures.is_empty());
     assert_eq!(r.total().pages_moved, 23);
 }
@@ -237,16 +240,20 @@ fn promotions_and_demotions_are_reported_apart() {
 #[test]
 fn transient_failures_retry_then_give_up() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 8 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 8 * PAGE_SIZE, 1);
     fake.busy.insert(base, 1);
-    fake.busy.insert(base + PAGE, 10);
+    fake.busy.insert(base + PAGE_SIZE, 10);
     let mut ex = Executor::new(ExecConfig {
         max_attempts: 3,
         ..ExecConfig::default()
     });
     let now = Instant::now();
     let r1 = ex
-        .execute(&mut fake, &[request(base, 8 * PAGE, 0, PAGE)], now)
+        .execute(
+            &mut fake,
+            &[request(base, 8 * PAGE_SIZE, 0, PAGE_SIZE)],
+            now,
+        )
         .unwrap();
     assert_eq!((r1.total().pages_moved, r1.total().retry_queued), (6, 2));
     assert_eq!(r1.total().failures["ebusy"], 2);
@@ -257,19 +264,19 @@ fn transient_failures_retry_then_give_up() {
     let r3 = ex.execute(&mut fake, &[], now).unwrap();
     assert_eq!((r3.total().pages_moved, r3.total().retry_exhausted), (0, 1));
     assert_eq!(ex.pending_retries(4242), 0);
-    assert_eq!(fake.pages[&(base + PAGE)], 1);
+    assert_eq!(fake.pages[&(base + PAGE_SIZE)], 1);
 }
 
 #[test]
 fn verify_catches_pages_reported_but_not_moved() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
-    fake.lie.insert(base + 2 * PAGE);
+    let mut fake = Fake::with_pages(base..base + 4 * PAGE_SIZE, 1);
+    fake.lie.insert(base + 2 * PAGE_SIZE);
     let mut ex = Executor::new(ExecConfig::default());
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 4 * PAGE, 0, PAGE)],
+            &[request(base, 4 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -277,8 +284,8 @@ fn verify_catches_pages_reported_but_not_moved() {
     assert_eq!(r.total().failures["verify_mismatch"], 1);
     assert_eq!(r.total().retry_queued, 1);
     // Verifying only when the kernel reports failures still catches it (it reports them).
-    let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
-    fake.lie.insert(base + 2 * PAGE);
+    let mut fake = Fake::with_pages(base..base + 4 * PAGE_SIZE, 1);
+    fake.lie.insert(base + 2 * PAGE_SIZE);
     let mut ex = Executor::new(ExecConfig {
         verify_only_when_reported: true,
         ..ExecConfig::default()
@@ -286,7 +293,7 @@ fn verify_catches_pages_reported_but_not_moved() {
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 4 * PAGE, 0, PAGE)],
+            &[request(base, 4 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -295,8 +302,8 @@ fn verify_catches_pages_reported_but_not_moved() {
         (3, 1)
     );
     // Without verification the lie would have counted as moved.
-    let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
-    fake.lie.insert(base + 2 * PAGE);
+    let mut fake = Fake::with_pages(base..base + 4 * PAGE_SIZE, 1);
+    fake.lie.insert(base + 2 * PAGE_SIZE);
     let mut ex = Executor::new(ExecConfig {
         verify: false,
         ..ExecConfig::default()
@@ -304,7 +311,7 @@ fn verify_catches_pages_reported_but_not_moved() {
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 4 * PAGE, 0, PAGE)],
+            &[request(base, 4 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -314,25 +321,25 @@ fn verify_catches_pages_reported_but_not_moved() {
 #[test]
 fn promote_and_demote_have_separate_buckets() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 64 * PAGE, 1);
-    for a in (base + 32 * PAGE..base + 64 * PAGE).step_by(PAGE as usize) {
+    let mut fake = Fake::with_pages(base..base + 64 * PAGE_SIZE, 1);
+    for a in (base + 32 * PAGE_SIZE..base + 64 * PAGE_SIZE).step_by(PAGE_SIZE as usize) {
         fake.pages.insert(a, 0);
     }
     let mut ex = Executor::new(ExecConfig {
-        promote_rate: 16 * PAGE,
-        promote_burst: 16 * PAGE,
-        demote_rate: 8 * PAGE,
-        demote_burst: 8 * PAGE,
+        promote_rate: 16 * PAGE_SIZE,
+        promote_burst: 16 * PAGE_SIZE,
+        demote_rate: 8 * PAGE_SIZE,
+        demote_burst: 8 * PAGE_SIZE,
         ..ExecConfig::default()
     });
     let now = Instant::now();
     let requests = [
-        request(base, 32 * PAGE, 0, PAGE),
-        request(base + 32 * PAGE, 32 * PAGE, 1, PAGE),
+        request(base, 32 * PAGE_SIZE, 0, PAGE_SIZE),
+        request(base + 32 * PAGE_SIZE, 32 * PAGE_SIZE, 1, PAGE_SIZE),
     ];
     let r = ex.execute(&mut fake, &requests, now).unwrap();
     assert_eq!(r.total().pages_moved, 16 + 8);
-    assert_eq!(r.total().rate_limited_bytes, (16 + 24) * PAGE);
+    assert_eq!(r.total().rate_limited_bytes, (16 + 24) * PAGE_SIZE);
     // One second later the promote bucket has refilled by its rate.
     let r = ex
         .execute(&mut fake, &requests[..1], now + Duration::from_secs(1))
@@ -346,13 +353,13 @@ fn a_swap_demotes_first_so_its_promotions_fit() {
     let base = 0x1000_0000;
     // 32 slow pages to promote, 32 fast pages to demote; node 0 sits exactly at its floor
     // plus reserve, so only the room the demotions free lets the promotions in.
-    let mut fake = Fake::with_pages(base..base + 64 * PAGE, 1);
-    for a in (base + 32 * PAGE..base + 64 * PAGE).step_by(PAGE as usize) {
+    let mut fake = Fake::with_pages(base..base + 64 * PAGE_SIZE, 1);
+    for a in (base + 32 * PAGE_SIZE..base + 64 * PAGE_SIZE).step_by(PAGE_SIZE as usize) {
         fake.pages.insert(a, 0);
     }
-    fake.nodes.insert(0, (30 * PAGE, 10 * PAGE));
+    fake.nodes.insert(0, (30 * PAGE_SIZE, 10 * PAGE_SIZE));
     let mut ex = Executor::new(ExecConfig {
-        reserve_bytes: 20 * PAGE,
+        reserve_bytes: 20 * PAGE_SIZE,
         batch_pages: 16,
         ..ExecConfig::default()
     });
@@ -361,8 +368,8 @@ fn a_swap_demotes_first_so_its_promotions_fit() {
         .execute(
             &mut fake,
             &[
-                request(base, 32 * PAGE, 0, PAGE),
-                request(base + 32 * PAGE, 32 * PAGE, 1, PAGE),
+                request(base, 32 * PAGE_SIZE, 0, PAGE_SIZE),
+                request(base + 32 * PAGE_SIZE, 32 * PAGE_SIZE, 1, PAGE_SIZE),
             ],
             Instant::now(),
         )
@@ -371,42 +378,46 @@ fn a_swap_demotes_first_so_its_promotions_fit() {
     assert_eq!(r.total().pages_moved, 64);
     assert_eq!(fake.count_on(0), 32);
     assert!(
-        (base..base + 32 * PAGE)
-            .step_by(PAGE as usize)
+        (base..base + 32 * PAGE_SIZE)
+            .step_by(PAGE_SIZE as usize)
             .all(|a| fake.pages[&a] == 0),
         "the promoted pages are on node 0"
     );
-    assert_eq!(fake.nodes[&0].0, 30 * PAGE, "free memory back where it was");
+    assert_eq!(
+        fake.nodes[&0].0,
+        30 * PAGE_SIZE,
+        "free memory back where it was"
+    );
 }
 
 #[test]
 fn never_below_the_watermark() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 100 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 100 * PAGE_SIZE, 1);
     // Node 0: 60 pages free, floor 10 pages, reserve 20 pages: room for 30.
-    fake.nodes.insert(0, (60 * PAGE, 10 * PAGE));
+    fake.nodes.insert(0, (60 * PAGE_SIZE, 10 * PAGE_SIZE));
     let mut ex = Executor::new(ExecConfig {
-        reserve_bytes: 20 * PAGE,
+        reserve_bytes: 20 * PAGE_SIZE,
         batch_pages: 16,
         ..ExecConfig::default()
     });
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 100 * PAGE, 0, PAGE)],
+            &[request(base, 100 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
     assert_eq!(r.total().pages_moved, 30);
     assert_eq!(r.total().watermark_limited_pages, 70);
-    assert_eq!(fake.nodes[&0].0, 30 * PAGE);
+    assert_eq!(fake.nodes[&0].0, 30 * PAGE_SIZE);
     assert_eq!(fake.move_calls, vec![16, 14]);
 }
 
 #[test]
 fn a_full_fast_tier_answers_enomem_which_is_counted_and_retried() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 4 * PAGE_SIZE, 1);
     fake.full.insert(0);
     let mut ex = Executor::new(ExecConfig {
         max_attempts: 2,
@@ -414,7 +425,11 @@ fn a_full_fast_tier_answers_enomem_which_is_counted_and_retried() {
     });
     let now = Instant::now();
     let r1 = ex
-        .execute(&mut fake, &[request(base, 4 * PAGE, 0, PAGE)], now)
+        .execute(
+            &mut fake,
+            &[request(base, 4 * PAGE_SIZE, 0, PAGE_SIZE)],
+            now,
+        )
         .unwrap();
     assert_eq!(r1.total().pages_moved, 0);
     assert_eq!(
@@ -438,14 +453,14 @@ fn a_full_fast_tier_answers_enomem_which_is_counted_and_retried() {
 #[test]
 fn a_target_dead_before_the_move_is_never_touched() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 8 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 8 * PAGE_SIZE, 1);
     fake.exited = true;
     fake.moves_after_exit = true;
     let mut ex = Executor::new(ExecConfig::default());
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 8 * PAGE, 0, PAGE)],
+            &[request(base, 8 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -457,14 +472,14 @@ fn a_target_dead_before_the_move_is_never_touched() {
 #[test]
 fn target_exit_mid_batch_ends_cleanly() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 5000 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 5000 * PAGE_SIZE, 1);
     fake.busy.insert(base, 1);
     fake.exit_after = Some(2);
     let mut ex = Executor::new(ExecConfig::default());
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 5000 * PAGE, 0, PAGE)],
+            &[request(base, 5000 * PAGE_SIZE, 0, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -483,12 +498,12 @@ fn target_exit_mid_batch_ends_cleanly() {
 #[test]
 fn unknown_node_is_a_typed_error_and_moves_nothing() {
     let base = 0x1000_0000;
-    let mut fake = Fake::with_pages(base..base + 4 * PAGE, 1);
+    let mut fake = Fake::with_pages(base..base + 4 * PAGE_SIZE, 1);
     let mut ex = Executor::new(ExecConfig::default());
     let err = ex
         .execute(
             &mut fake,
-            &[request(base, 4 * PAGE, 7, PAGE)],
+            &[request(base, 4 * PAGE_SIZE, 7, PAGE_SIZE)],
             Instant::now(),
         )
         .unwrap_err();
@@ -511,7 +526,7 @@ fn huge_pages_move_whole_by_head() {
     let r = ex
         .execute(
             &mut fake,
-            &[request(base, 4 * MIB, 0, HUGE_PAGE)],
+            &[request(base, 4 * MIB, 0, SUPERPAGE_SIZE)],
             Instant::now(),
         )
         .unwrap();
@@ -570,8 +585,8 @@ fn dense_promotions_collapse_when_asked() {
     });
     // The first chunk fully at 4 KiB, the second only half.
     let requests = [
-        request(base, 2 * MIB, 0, PAGE),
-        request(base + 2 * MIB, MIB, 0, PAGE),
+        request(base, 2 * MIB, 0, PAGE_SIZE),
+        request(base + 2 * MIB, MIB, 0, PAGE_SIZE),
     ];
     let r = ex.execute(&mut fake, &requests, Instant::now()).unwrap();
     assert_eq!(fake.collapses, vec![base]);
