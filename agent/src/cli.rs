@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
+use memtide_core::units::PAGE_SIZE;
 
 /// memtide: keep hot memory in the fast tier and cold memory in the slow tier, from user space.
 #[derive(Debug, Parser)]
@@ -196,7 +197,7 @@ pub(crate) struct ProbeArgs {
 fn ring_size(text: &str) -> Result<u32, String> {
     let bytes = memtide_sim::args::parse_size(text)?;
     match u32::try_from(bytes) {
-        Ok(bytes) if bytes >= 4096 && bytes.is_power_of_two() => Ok(bytes),
+        Ok(bytes) if u64::from(bytes) >= PAGE_SIZE && bytes.is_power_of_two() => Ok(bytes),
         _ => Err(format!(
             "{text} is not a power of two in the accepted range [4K, 2G]"
         )),

@@ -6,7 +6,7 @@ mod support;
 use std::time::Instant;
 
 use memtide_config::ExecConfig;
-use memtide_core::units::Direction;
+use memtide_core::units::{Direction, PAGE_SIZE};
 use memtide_host::{
     exec::{
         AbortReason, Backend, ExecError, Executor, HugeRange, KernelBackend, MoveRequest,
@@ -24,7 +24,6 @@ use memtide_host::{
 use support::Workload;
 
 const PAGES: u64 = 1024;
-const PAGE: u64 = 4096;
 
 fn touched_workload() -> Workload {
     let mut w = Workload::spawn(&["--pages", &PAGES.to_string(), "--no-thp"]);
@@ -116,9 +115,9 @@ fn pages_already_on_their_destination_are_counted_before_a_move() {
         .expect("a node");
     let request = |to_node| MoveRequest {
         start: w.base,
-        len: PAGES * PAGE,
+        len: PAGES * PAGE_SIZE,
         to_node,
-        granularity: PAGE,
+        granularity: PAGE_SIZE,
         direction: Direction::Demote,
     };
     let there = pages_on_destination(&mut backend, &[request(node)]).expect("query");
@@ -137,9 +136,9 @@ fn move_to_missing_node_is_a_typed_error() {
     let node = missing_node();
     let request = MoveRequest {
         start: w.base,
-        len: 16 * PAGE,
+        len: 16 * PAGE_SIZE,
         to_node: node,
-        granularity: PAGE,
+        granularity: PAGE_SIZE,
         direction: Direction::Demote,
     };
     let mut backend = KernelBackend::new(&target, HostRoot::default()).expect("backend");
@@ -231,9 +230,9 @@ fn target_exit_mid_batch_aborts_cleanly() {
     // Node 0 always exists; the pages are already there, so each call is cheap but real.
     let request = MoveRequest {
         start: base,
-        len: PAGES * PAGE,
+        len: PAGES * PAGE_SIZE,
         to_node: 0,
-        granularity: PAGE,
+        granularity: PAGE_SIZE,
         direction: Direction::Promote,
     };
     let mut executor = Executor::new(ExecConfig {
@@ -255,7 +254,7 @@ fn target_exit_mid_batch_aborts_cleanly() {
     // The pidfd keeps saying so, whatever process gets the pid next.
     assert!(target.exited().expect("poll pidfd"));
     assert!(matches!(
-        placement::query_range(&target, base, PAGE, 1),
+        placement::query_range(&target, base, PAGE_SIZE, 1),
         Err(TargetError::Exited { .. })
     ));
 }

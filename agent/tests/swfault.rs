@@ -5,7 +5,7 @@
 //! child that is not a target must be filtered out inside BPF. Runs on the host and in the VM.
 mod support;
 
-use memtide_core::ingest::IngestCounters;
+use memtide_core::{ingest::IngestCounters, units::PAGE_SIZE};
 use std::{
     collections::BTreeSet,
     sync::{Arc, atomic::Ordering},
@@ -77,7 +77,7 @@ fn page_faults_of_a_target_arrive_with_pid_and_address_and_others_are_filtered()
                             wrong_pid += 1;
                         }
                         if in_target(sample.addr) {
-                            pages.insert(sample.addr / 4096);
+                            pages.insert(sample.addr / PAGE_SIZE);
                         }
                     }
                 }

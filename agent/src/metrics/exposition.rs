@@ -1,6 +1,7 @@
 //! What a scrape reads: the registry as OpenMetrics text or as the classic Prometheus text,
 //! and the process's own CPU time and memory, read when the scrape comes.
 
+use memtide_core::units::PAGE_SIZE;
 use prometheus_client::{
     collector::Collector,
     encoding::{DescriptorEncoder, EncodeMetric as _},
@@ -26,7 +27,7 @@ fn process_usage() -> Option<(f64, u64)> {
     // USER_HZ is 100 on every Linux architecture memtide runs on; pages are 4 KiB there.
     #[expect(clippy::cast_precision_loss, reason = "CPU ticks stay far below 2^52")]
     let cpu = (utime + stime) as f64 / 100.0;
-    Some((cpu, rss_pages * 4096))
+    Some((cpu, rss_pages * PAGE_SIZE))
 }
 
 impl Collector for ProcessCollector {

@@ -17,11 +17,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     support::{self, Agent, Workload},
     vm::{
         promotion::{HOT_FIRST, HOT_PAGES, PAGES},
-        tiering::{self, FAST, Knob, PAGE, SLOW, Timing, pages_on, share},
+        tiering::{self, FAST, Knob, SLOW, Timing, pages_on, share},
     },
 };
 
@@ -208,7 +210,7 @@ fn run(system: System) -> Run {
     #[expect(clippy::cast_precision_loss, reason = "page counts")]
     let cold_moved = all.saturating_sub(hot_fast) as f64 / cold_pages as f64;
     result.cold_moved = cold_moved;
-    result.migrated_bytes = (pgmigrate() - migrated_before) * PAGE;
+    result.migrated_bytes = (pgmigrate() - migrated_before) * PAGE_SIZE;
     match system {
         System::Memtide => {
             let agent = agent.take().expect("agent");

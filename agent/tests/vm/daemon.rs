@@ -9,9 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::support::{self, Agent, StopOnDrop, Workload, http_get, metric_sum, metric_value};
 
-const MIB_PAGES: usize = 256;
+const MIB_PAGES: usize = (1 << 20) / PAGE_SIZE as usize;
 const HOT_PAGES: usize = 64 * MIB_PAGES;
 const COLD_PAGES: usize = 512 * MIB_PAGES;
 

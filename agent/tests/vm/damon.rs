@@ -13,13 +13,13 @@ use memtide::sources::{
     perf::ring::DRAIN_INTERVAL,
 };
 use memtide_config::DamonMonitorConfig;
-use memtide_core::{engine::DamonObservation, ingest::IngestCounters};
+use memtide_core::{engine::DamonObservation, ingest::IngestCounters, units::PAGE_SIZE};
 use memtide_host::sysfs::HostRoot;
 use tokio::sync::mpsc;
 
 use crate::support::{self, Workload};
 
-const MIB_PAGES: usize = 256;
+const MIB_PAGES: usize = (1 << 20) / PAGE_SIZE as usize;
 const HOT_PAGES: usize = 64 * MIB_PAGES;
 const COLD_PAGES: usize = 512 * MIB_PAGES;
 
@@ -49,7 +49,7 @@ fn damon_reports_the_hot_region_hotter_than_the_cold_one_and_cleans_up() {
         workload.command("touch"),
         format!("touched {}", HOT_PAGES + COLD_PAGES)
     );
-    let hot = (workload.base, workload.base + (HOT_PAGES * 4096) as u64);
+    let hot = (workload.base, workload.base + HOT_PAGES as u64 * PAGE_SIZE);
     let cold = (hot.1, workload.base + workload.size);
 
     let runtime = tokio::runtime::Builder::new_current_thread()

@@ -9,7 +9,7 @@ use std::{
 };
 
 use memtide_config::ExecConfig;
-use memtide_core::units::Direction;
+use memtide_core::units::{Direction, PAGE_SIZE, SUPERPAGE_SIZE};
 use memtide_host::{
     exec::{ExecReport, Executor, KernelBackend, MoveRequest},
     sysfs::HostRoot,
@@ -17,9 +17,6 @@ use memtide_host::{
 };
 
 use crate::support::{self, Workload};
-
-const PAGE: u64 = 4096;
-const HUGE: u64 = 2 << 20;
 
 /// `migratepages PID FROM TO`, timed.
 fn migratepages(pid: u32, from: u32, to: u32) -> Duration {
@@ -49,19 +46,22 @@ fn requests(base: u64, size: u64, node: u32, granularity: u64) -> Vec<MoveReques
         direction,
     };
     let end = base + size;
-    if granularity < HUGE {
+    if granularity < SUPERPAGE_SIZE {
         return vec![req(base, end, granularity)];
     }
-    let (mid_start, mid_end) = (base.div_ceil(HUGE) * HUGE, end / HUGE * HUGE);
+    let (mid_start, mid_end) = (
+        base.div_ceil(SUPERPAGE_SIZE) * SUPERPAGE_SIZE,
+        end / SUPERPAGE_SIZE * SUPERPAGE_SIZE,
+    );
     let mut out = Vec::new();
     if base < mid_start {
-        out.push(req(base, mid_start, PAGE));
+        out.push(req(base, mid_start, PAGE_SIZE));
     }
     if mid_start < mid_end {
-        out.push(req(mid_start, mid_end, HUGE));
+        out.push(req(mid_start, mid_end, SUPERPAGE_SIZE));
     }
     if mid_end < end {
-        out.push(req(mid_end, end, PAGE));
+        out.push(req(mid_end, end, PAGE_SIZE));
     }
     out
 }
@@ -110,7 +110,7 @@ fn executor_moves_workload_pages_between_nodes() {
 
     let (report, _) = execute(
         &target,
-        &requests(w.base, w.size, 0, PAGE),
+        &requests(w.base, w.size, 0, PAGE_SIZE),
         ExecConfig::default(),
     );
     eprintln!("promote 1 -> 0: {report:?}");
@@ -175,7 +175,7 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
     let target = Target::open(w.pid).expect("open");
     let (report, _) = execute(
         &target,
-        &requests(w.base, w.size, 0, HUGE),
+        &requests(w.base, w.size, 0, SUPERPAGE_SIZE),
         ExecConfig::default(),
     );
     eprintln!("huge promote: {report:?}");
@@ -185,8 +185,8 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
 
     // A 64 KiB demotion inside one huge page: split first (debugfs in the VM), then exactly
     // those 16 pages move.
-    let chunk = w.base.div_ceil(HUGE) * HUGE;
-    let offset_pages = (chunk - w.base) / PAGE;
+    let chunk = w.base.div_ceil(SUPERPAGE_SIZE) * SUPERPAGE_SIZE;
+    let offset_pages = (chunk - w.base) / PAGE_SIZE;
     let (report, _) = execute(
         &target,
         &[MoveRequest {
@@ -209,9 +209,9 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
         &target,
         &[MoveRequest {
             start: chunk,
-            len: HUGE,
+            len: SUPERPAGE_SIZE,
             to_node: 0,
-            granularity: PAGE,
+            granularity: PAGE_SIZE,
             direction: Direction::Promote,
         }],
         ExecConfig {
@@ -257,25 +257,25 @@ fn executor_throughput_vs_migratepages() {
         (
             "4 KiB pages, default config (verify every batch)",
             false,
-            PAGE,
+            PAGE_SIZE,
             ExecConfig::default(),
         ),
         (
             "4 KiB pages, verify only batches with reported failures",
             false,
-            PAGE,
+            PAGE_SIZE,
             when_reported.clone(),
         ),
         (
             "2 MiB huge pages, default config",
             true,
-            HUGE,
+            SUPERPAGE_SIZE,
             ExecConfig::default(),
         ),
         (
             "2 MiB huge pages, verify only batches with reported failures",
             true,
-            HUGE,
+            SUPERPAGE_SIZE,
             when_reported,
         ),
     ] {

@@ -17,9 +17,11 @@
 //! no PEBS or IBS under emulation) can tell its hot subpages from its cold ones.
 use std::time::{Duration, Instant};
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     support::{self, Workload},
-    vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
+    vm::tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on, share},
 };
 
 const DENSE_PAGES: u64 = 64 * MIB_PAGES;
@@ -104,7 +106,7 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
     ]);
     let dense_huge = anon_huge_bytes(dense.pid);
     assert!(
-        dense_huge >= DENSE_PAGES * PAGE * 9 / 10,
+        dense_huge >= DENSE_PAGES * PAGE_SIZE * 9 / 10,
         "THP must back the dense workload (THP=always in the VM): {} MiB",
         dense_huge >> 20
     );
@@ -155,7 +157,7 @@ fn dense_regions_move_as_huge_pages_and_sparse_ones_page_by_page() {
         moved_at("4k"),
     );
     // The plans, when the region did not move as huge pages (each plan's moves and sizes).
-    let dense_moved_huge = node0_huge_gain * 10 >= DENSE_HOT_PAGES * PAGE * 9;
+    let dense_moved_huge = node0_huge_gain * 10 >= DENSE_HOT_PAGES * PAGE_SIZE * 9;
     if !dense_moved_huge {
         dense_plans.iter().for_each(|line| eprintln!("{line}"));
     }

@@ -6,9 +6,11 @@
 //! 512 MiB: zero mismatches.
 use std::time::{Duration, Instant};
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     support::{self, Agent, Workload},
-    vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on},
+    vm::tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on},
 };
 
 const PAGES: u64 = 512 * MIB_PAGES;
@@ -83,7 +85,7 @@ fn data_survives_a_minute_of_aggressive_migration() {
             started.elapsed().as_secs_f64(),
             tiering::share(&fast, FAST, WINDOW_PAGES) * 100.0,
             tiering::mib(all.get(&FAST).copied().unwrap_or(0)),
-            ((pgmigrate() - migrated_before) * PAGE) >> 20,
+            ((pgmigrate() - migrated_before) * PAGE_SIZE) >> 20,
         );
         window += 1;
     }
@@ -95,7 +97,7 @@ fn data_survives_a_minute_of_aggressive_migration() {
         }
     }
     assert!(exit.success(), "memtide run exited with {exit}:\n{log}");
-    let migrated = (pgmigrate() - migrated_before) * PAGE;
+    let migrated = (pgmigrate() - migrated_before) * PAGE_SIZE;
     let verify_started = Instant::now();
     let reply = w.command("verify");
     eprintln!(

@@ -9,9 +9,11 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE};
+
 use crate::{
     support::{self, StopOnDrop, Workload},
-    vm::tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
+    vm::tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on, share},
 };
 
 const HOT_PAGES: u64 = 128 * MIB_PAGES;
@@ -32,8 +34,9 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
     let free = tiering::node_meminfo(FAST, "MemFree");
     // Page tables and the workload's own small allocations come out of node 0 too.
     let slack = 16 << 20;
-    let cold_pages =
-        free.saturating_sub(high + RESERVE + ROOM_PAGES * PAGE + slack) / PAGE / 512 * 512;
+    let cold_pages = free.saturating_sub(high + RESERVE + ROOM_PAGES * PAGE_SIZE + slack)
+        / SUPERPAGE_SIZE
+        * SUBPAGES as u64;
     assert!(
         cold_pages >= 256 * MIB_PAGES,
         "node 0 has only {} MiB free (high watermark {} MiB): too little to fill",
@@ -132,7 +135,7 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
         hot_fast * 100.0,
         reached.unwrap_or(epochs),
         tiering::mib(cold_demoted),
-        tiering::mib(free_before.saturating_sub(high + RESERVE) / PAGE),
+        tiering::mib(free_before.saturating_sub(high + RESERVE) / PAGE_SIZE),
         lowest >> 20,
         high >> 20
     );
@@ -148,7 +151,7 @@ fn cold_data_is_demoted_to_make_room_for_a_new_hot_set() {
     );
     // At least what did not fit had to go: the hot set minus the room there was (what was free
     // above the watermark and the executor's reserve once the cold data was in).
-    let room = free_before.saturating_sub(high + RESERVE) / PAGE;
+    let room = free_before.saturating_sub(high + RESERVE) / PAGE_SIZE;
     assert!(
         (cold_demoted + room) * 10 >= HOT_PAGES * 9,
         "only {:.1} MiB of cold data demoted for a {} MiB hot set with {:.1} MiB of room",

@@ -10,6 +10,8 @@
 //! fail, which shows the test catches an agent that does not migrate.
 use std::time::{Duration, Instant};
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     support::{self, Workload, metric_value},
     vm::tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on, share},
@@ -257,7 +259,7 @@ fn observe_mode_moves_nothing_and_reports_what_promotion_moved() {
         "numa_maps must show the buffer still on node 1: {observed:?}"
     );
     // What the migrating run moved, measured from outside: everything started on node 1.
-    let moved = reference.buffer_fast_pages * tiering::PAGE;
+    let moved = reference.buffer_fast_pages * PAGE_SIZE;
     #[expect(clippy::cast_precision_loss, reason = "byte counts")]
     let ratio = observed.would_migrate_bytes as f64 / moved.max(1) as f64;
     eprintln!(

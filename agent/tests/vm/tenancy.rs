@@ -8,11 +8,13 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_core::units::PAGE_SIZE;
+
 use crate::{
     support::{self, Workload, metric_value},
     vm::{
         promotion::EPOCH_BOUND,
-        tiering::{self, FAST, MIB_PAGES, PAGE, SLOW, Timing, pages_on, share},
+        tiering::{self, FAST, MIB_PAGES, SLOW, Timing, pages_on, share},
     },
 };
 
@@ -53,7 +55,7 @@ fn bytes_on(pid: u32, node: u32) -> (u64, String) {
     let mut lines = String::new();
     let mut total = 0;
     for m in &maps {
-        let bytes = m.nodes.get(&node).copied().unwrap_or(0) * PAGE;
+        let bytes = m.nodes.get(&node).copied().unwrap_or(0) * PAGE_SIZE;
         if bytes > 0 {
             let what = m.file.clone().unwrap_or_else(|| {
                 (if m.heap {

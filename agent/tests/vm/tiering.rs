@@ -5,11 +5,11 @@
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
 use memtide::daemon::status::{AgentStatus, TargetStatus};
+use memtide_core::units::PAGE_SIZE;
 
 use crate::support::{Agent, Workload, http_get};
 
-pub(crate) const PAGE: u64 = 4096;
-pub(crate) const MIB_PAGES: u64 = 256;
+pub(crate) const MIB_PAGES: u64 = (1 << 20) / PAGE_SIZE;
 pub(crate) const FAST: u32 = 0;
 pub(crate) const SLOW: u32 = 1;
 
@@ -219,7 +219,7 @@ pub(crate) fn progress(line: &str) {
 /// MiB, for messages.
 pub(crate) fn mib(pages: u64) -> f64 {
     #[expect(clippy::cast_precision_loss, reason = "display only")]
-    let mib = (pages * PAGE) as f64 / f64::from(1 << 20);
+    let mib = (pages * PAGE_SIZE) as f64 / f64::from(1 << 20);
     mib
 }
 

@@ -6,10 +6,12 @@ use std::{
     time::{Duration, Instant},
 };
 
+use memtide_core::units;
 use memtide_host::sys::mempolicy::{self, Mode, NodeMask};
 
-pub(super) const PAGE: usize = 4096;
-pub(super) const HUGE: usize = 2 << 20;
+/// memtide's page and superpage, in the type the buffer's offsets and lengths are counted in.
+pub(super) const PAGE_SIZE: usize = units::PAGE_SIZE as usize;
+pub(super) const SUPERPAGE_SIZE: usize = units::SUPERPAGE_SIZE as usize;
 
 /// The pattern word `word` of page `page` at `version`.
 pub(super) fn pattern(page: usize, version: u32, word: usize) -> u64 {
@@ -40,7 +42,7 @@ pub(super) struct Layout {
     pub(super) bases: Vec<usize>,
     /// Usable bytes per piece (the last may have fewer).
     pub(super) piece: usize,
-    /// Bytes from one run's start to the next: `PAGE`, or with `--span` the span's share.
+    /// Bytes from one run's start to the next: `PAGE_SIZE`, or with `--span` the span's share.
     pub(super) stride: usize,
     /// Adjacent pages per run: 1 unless `--cluster`.
     pub(super) cluster: usize,
@@ -50,7 +52,7 @@ pub(super) struct Layout {
 impl Layout {
     /// Piece and byte position within its usable part of page `index`.
     pub(super) fn locate(&self, index: usize) -> (usize, usize) {
-        let at = index / self.cluster * self.stride + index % self.cluster * PAGE;
+        let at = index / self.cluster * self.stride + index % self.cluster * PAGE_SIZE;
         (at / self.piece, at % self.piece)
     }
 
@@ -63,7 +65,7 @@ impl Layout {
 pub(super) struct Buffer {
     pub(super) pieces: Vec<Piece>,
     pub(super) layout: Layout,
-    /// Bytes of pages (`pages * PAGE`).
+    /// Bytes of pages (`pages * PAGE_SIZE`).
     pub(super) len: usize,
     /// Pattern version of each page (what `verify` expects).
     pub(super) versions: Vec<u32>,
@@ -73,8 +75,8 @@ impl Buffer {
     /// A 2 MiB-aligned buffer of `pages` pages that has not been touched: large allocations
     /// come straight from mmap, so its pages are not resident until written.
     pub(super) fn new(pages: usize) -> Self {
-        let len = pages * PAGE;
-        Self::with_layout(pages, PAGE, 1, len.max(PAGE))
+        let len = pages * PAGE_SIZE;
+        Self::with_layout(pages, PAGE_SIZE, 1, len.max(PAGE_SIZE))
     }
 
     /// `pages` pages in runs of `cluster` spread over an untouched region of `span` bytes (see
@@ -82,17 +84,17 @@ impl Buffer {
     pub(super) fn spread(pages: usize, span: usize, cluster: usize) -> Result<Self, String> {
         let stride = span
             .checked_div(pages.div_ceil(cluster))
-            .map_or(0, |share| share / PAGE * PAGE);
-        if stride < cluster * PAGE || stride == 0 {
+            .map_or(0, |share| share / PAGE_SIZE * PAGE_SIZE);
+        if stride < cluster * PAGE_SIZE || stride == 0 {
             return Err(format!(
-                "a span of {span} bytes cannot hold {pages} pages of {PAGE} bytes in runs of {cluster}"
+                "a span of {span} bytes cannot hold {pages} pages of {PAGE_SIZE} bytes in runs of {cluster}"
             ));
         }
         Ok(Self::with_layout(pages, stride, cluster, SPAN_PIECE))
     }
 
     /// Runs of `cluster` pages `stride` bytes apart over pieces of `piece` usable bytes each (a
-    /// multiple of `PAGE`; a page never straddles two pieces since the stride is whole pages
+    /// multiple of `PAGE_SIZE`; a page never straddles two pieces since the stride is whole pages
     /// too).
     pub(super) fn with_layout(pages: usize, stride: usize, cluster: usize, piece: usize) -> Self {
         let total = pages.div_ceil(cluster) * stride;
@@ -100,12 +102,12 @@ impl Buffer {
         let pieces: Vec<Piece> = (0..count)
             .map(|n| {
                 let len = (total - (n * piece).min(total)).min(piece);
-                let storage = vec![0u8; len + HUGE];
-                let misalignment = storage.as_ptr() as usize % HUGE;
+                let storage = vec![0u8; len + SUPERPAGE_SIZE];
+                let misalignment = storage.as_ptr() as usize % SUPERPAGE_SIZE;
                 let offset = if misalignment == 0 {
                     0
                 } else {
-                    HUGE - misalignment
+                    SUPERPAGE_SIZE - misalignment
                 };
                 Piece {
                     storage,
@@ -127,7 +129,7 @@ impl Buffer {
         Self {
             pieces,
             layout,
-            len: pages * PAGE,
+            len: pages * PAGE_SIZE,
             versions: vec![0; pages],
         }
     }
@@ -139,13 +141,13 @@ impl Buffer {
     pub(super) fn page(&self, index: usize) -> &[u8] {
         let (piece, within) = self.layout.locate(index);
         let piece = &self.pieces[piece];
-        &piece.storage[piece.offset + within..piece.offset + within + PAGE]
+        &piece.storage[piece.offset + within..piece.offset + within + PAGE_SIZE]
     }
 
     pub(super) fn page_mut(&mut self, index: usize) -> &mut [u8] {
         let (piece, within) = self.layout.locate(index);
         let piece = &mut self.pieces[piece];
-        &mut piece.storage[piece.offset + within..piece.offset + within + PAGE]
+        &mut piece.storage[piece.offset + within..piece.offset + within + PAGE_SIZE]
     }
 
     /// The byte range of pages `first..first + count`, or an error naming the bad bound.
@@ -154,9 +156,9 @@ impl Buffer {
         first: usize,
         count: usize,
     ) -> Result<std::ops::Range<usize>, String> {
-        let pages = self.len / PAGE;
+        let pages = self.len / PAGE_SIZE;
         match first.checked_add(count) {
-            Some(end) if end <= pages => Ok(first * PAGE..end * PAGE),
+            Some(end) if end <= pages => Ok(first * PAGE_SIZE..end * PAGE_SIZE),
             _ => Err(format!(
                 "range {first}+{count} outside the {pages}-page buffer"
             )),
@@ -164,17 +166,17 @@ impl Buffer {
     }
 
     pub(super) fn touch(&mut self, range: std::ops::Range<usize>) -> usize {
-        for index in range.start / PAGE..range.end / PAGE {
+        for index in range.start / PAGE_SIZE..range.end / PAGE_SIZE {
             // black_box: the write must happen although nothing reads it back.
             self.page_mut(index)[0] = std::hint::black_box(1);
         }
-        range.len() / PAGE
+        range.len() / PAGE_SIZE
     }
 
     /// Gives every page back to the kernel (`MADV_DONTNEED`): packed pages in one call per
     /// piece, spread ones page by page (not the untouched span between them).
     pub(super) fn discard(&mut self) -> io::Result<()> {
-        if self.layout.stride == PAGE {
+        if self.layout.stride == PAGE_SIZE {
             for piece in &mut self.pieces {
                 let (start, len) = (piece.offset, piece.len);
                 memtide_host::sys::process::discard_pages(&mut piece.storage[start..start + len])?;
@@ -194,7 +196,7 @@ impl Buffer {
         duration: Duration,
         write: bool,
     ) -> u64 {
-        let pages: Vec<usize> = (range.start / PAGE..range.end / PAGE).collect();
+        let pages: Vec<usize> = (range.start / PAGE_SIZE..range.end / PAGE_SIZE).collect();
         let deadline = Instant::now() + duration;
         let mut passes = 0u64;
         while Instant::now() < deadline {
@@ -237,18 +239,18 @@ impl Buffer {
 
     /// Writes the next pattern version into every page of the range.
     pub(super) fn fill(&mut self, range: std::ops::Range<usize>) -> usize {
-        for index in range.start / PAGE..range.end / PAGE {
+        for index in range.start / PAGE_SIZE..range.end / PAGE_SIZE {
             self.versions[index] = self.versions[index].wrapping_add(1);
             self.write_pattern(index);
         }
-        range.len() / PAGE
+        range.len() / PAGE_SIZE
     }
 
     /// Pages of the range whose contents differ from their pattern, and the first of them.
     pub(super) fn verify(&self, range: std::ops::Range<usize>) -> (usize, Option<usize>) {
         let mut bad = 0;
         let mut first = None;
-        for index in range.start / PAGE..range.end / PAGE {
+        for index in range.start / PAGE_SIZE..range.end / PAGE_SIZE {
             let version = self.versions[index];
             let page = self.page(index);
             let intact = page.chunks_exact(8).enumerate().all(|(word, bytes)| {

@@ -60,7 +60,7 @@ use clap::Parser;
 
 mod buffer;
 
-use self::buffer::{Buffer, Layout, PAGE, Sweep};
+use self::buffer::{Buffer, Layout, PAGE_SIZE, Sweep};
 
 /// Pause between two passes of a background sweep.
 const PAUSE: Duration = Duration::from_millis(1);
@@ -289,7 +289,7 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
             parse_range(buffer, rest).map(|range| format!("filled {}", buffer.fill(range)))
         }
         ["verify", rest @ ..] => parse_range(buffer, rest).map(|range| {
-            let pages = range.len() / PAGE;
+            let pages = range.len() / PAGE_SIZE;
             match buffer.verify(range) {
                 (0, _) => format!("verified pages={pages} mismatches=0"),
                 (bad, first) => format!(
@@ -323,8 +323,8 @@ fn execute_idle(buffer: &mut Buffer, words: &[&str], line: &str) -> Result<Strin
             };
             let range = parse_range(buffer, &[first, count]);
             match (hint, range) {
-                (Ok(hint), Ok(range)) if buffer.layout.stride == PAGE => {
-                    let pages = range.len() / PAGE;
+                (Ok(hint), Ok(range)) if buffer.layout.stride == PAGE_SIZE => {
+                    let pages = range.len() / PAGE_SIZE;
                     memtide_hint::hint(buffer.base() + range.start, range.len(), hint)
                         .map(|()| format!("hinted pages={pages}"))
                         .map_err(|error| format!("memtide_hint: {error}"))
@@ -392,7 +392,7 @@ fn main() -> ExitCode {
         "ready pid={} base={:#x} size={} pages={}",
         std::process::id(),
         buffer.base(),
-        args.pages * PAGE,
+        args.pages * PAGE_SIZE,
         args.pages
     );
     if let Some(span) = args.span {
@@ -422,7 +422,7 @@ fn main() -> ExitCode {
 
 #[cfg(test)]
 mod tests {
-    use super::{buffer::HUGE, *};
+    use super::{buffer::SUPERPAGE_SIZE, *};
 
     #[test]
     fn page_sets_take_k_of_every_stride() {
@@ -446,24 +446,24 @@ mod tests {
     #[test]
     fn fill_then_verify_is_clean_and_a_flipped_byte_is_found() {
         let mut buffer = Buffer::new(8);
-        assert_eq!(buffer.base() % HUGE, 0, "2 MiB aligned");
-        assert_eq!(buffer.fill(0..8 * PAGE), 8);
-        assert_eq!(buffer.verify(0..8 * PAGE), (0, None));
+        assert_eq!(buffer.base() % SUPERPAGE_SIZE, 0, "2 MiB aligned");
+        assert_eq!(buffer.fill(0..8 * PAGE_SIZE), 8);
+        assert_eq!(buffer.verify(0..8 * PAGE_SIZE), (0, None));
         buffer.sweep(&[1, 2], Sweep::Rewrite);
         buffer.sweep(&[0, 1, 2, 3], Sweep::ReadWrite);
         assert_eq!(
-            buffer.verify(0..8 * PAGE),
+            buffer.verify(0..8 * PAGE_SIZE),
             (0, None),
             "rw keeps the pattern"
         );
         buffer.page_mut(5)[100] ^= 1;
-        assert_eq!(buffer.verify(0..8 * PAGE), (1, Some(5)));
+        assert_eq!(buffer.verify(0..8 * PAGE_SIZE), (1, Some(5)));
         // A page holding another page's (or an older version's) contents is caught too.
         let six = buffer.page(6).to_vec();
         buffer.page_mut(5).copy_from_slice(&six);
-        assert_eq!(buffer.verify(0..8 * PAGE).0, 1);
+        assert_eq!(buffer.verify(0..8 * PAGE_SIZE).0, 1);
         buffer.versions[6] += 1;
-        assert_eq!(buffer.verify(6 * PAGE..7 * PAGE).0, 1);
+        assert_eq!(buffer.verify(6 * PAGE_SIZE..7 * PAGE_SIZE).0, 1);
     }
 
     #[test]
@@ -473,40 +473,43 @@ mod tests {
         assert_eq!(parse_bytes("1t"), Ok(1 << 40));
         assert!(parse_bytes("1X").is_err() && parse_bytes("G").is_err());
         assert!(
-            Buffer::spread(8, 7 * PAGE, 1).is_err(),
+            Buffer::spread(8, 7 * PAGE_SIZE, 1).is_err(),
             "span below the pages"
         );
-        assert!(Buffer::spread(8, 7 * PAGE, 4).is_err(), "runs overlap");
+        assert!(Buffer::spread(8, 7 * PAGE_SIZE, 4).is_err(), "runs overlap");
         assert_eq!(
             Buffer::spread(4, 1 << 30, 1).unwrap().layout.stride,
             256 << 20
         );
         // Runs of 3: 7 pages make 3 runs 5 pages apart (at 0-2, 5-7 and 10), in pieces of 8.
         assert_eq!(
-            Buffer::spread(7, 15 * PAGE, 3).unwrap().layout.stride,
-            5 * PAGE
+            Buffer::spread(7, 15 * PAGE_SIZE, 3).unwrap().layout.stride,
+            5 * PAGE_SIZE
         );
-        let runs = Buffer::with_layout(7, 5 * PAGE, 3, 8 * PAGE);
+        let runs = Buffer::with_layout(7, 5 * PAGE_SIZE, 3, 8 * PAGE_SIZE);
         assert_eq!(runs.pieces.len(), 2);
         let at: Vec<_> = (0..7).map(|page| runs.layout.locate(page)).collect();
         assert_eq!(
             at,
-            [0, 1, 2, 5, 6, 7, 10].map(|p| ((p * PAGE) / (8 * PAGE), (p * PAGE) % (8 * PAGE)))
+            [0, 1, 2, 5, 6, 7, 10].map(|p| (
+                (p * PAGE_SIZE) / (8 * PAGE_SIZE),
+                (p * PAGE_SIZE) % (8 * PAGE_SIZE)
+            ))
         );
         // 10 pages 3 pages apart (30 pages) in pieces of 8: 4 pieces, page 3 (at 9) the second
         // page of the second piece, page 9 (at 27) inside the shorter last one.
-        let mut buffer = Buffer::with_layout(10, 3 * PAGE, 1, 8 * PAGE);
+        let mut buffer = Buffer::with_layout(10, 3 * PAGE_SIZE, 1, 8 * PAGE_SIZE);
         assert_eq!(buffer.pieces.len(), 4);
-        assert_eq!(buffer.layout.locate(3), (1, PAGE));
-        assert_eq!(buffer.layout.address(1), buffer.base() + 3 * PAGE);
-        assert_eq!(buffer.base() % HUGE, 0, "2 MiB aligned");
-        assert_eq!(buffer.fill(0..10 * PAGE), 10);
-        assert_eq!(buffer.verify(0..10 * PAGE), (0, None));
+        assert_eq!(buffer.layout.locate(3), (1, PAGE_SIZE));
+        assert_eq!(buffer.layout.address(1), buffer.base() + 3 * PAGE_SIZE);
+        assert_eq!(buffer.base() % SUPERPAGE_SIZE, 0, "2 MiB aligned");
+        assert_eq!(buffer.fill(0..10 * PAGE_SIZE), 10);
+        assert_eq!(buffer.verify(0..10 * PAGE_SIZE), (0, None));
         buffer.page_mut(9)[7] ^= 1;
-        assert_eq!(buffer.verify(0..10 * PAGE), (1, Some(9)));
+        assert_eq!(buffer.verify(0..10 * PAGE_SIZE), (1, Some(9)));
         buffer.discard().unwrap();
         assert!((0..10).all(|page| buffer.page(page).iter().all(|&b| b == 0)));
-        assert_eq!(buffer.touch(0..10 * PAGE), 10);
+        assert_eq!(buffer.touch(0..10 * PAGE_SIZE), 10);
         assert!((0..10).all(|page| buffer.page(page)[0] == 1));
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::Duration;
 
-use memtide_core::units::{Direction, PAGE_SIZE};
+use memtide_core::units::{Direction, PAGE_SIZE, SUPERPAGE_SIZE};
 use memtide_host::exec::{DirectionReport, ExecReport};
 
 use super::{
@@ -250,7 +250,7 @@ pub(super) fn publish_migration(metrics: &Metrics, label: &str, report: &ExecRep
         };
         for (&granularity, &pages) in &side.moved_by_granularity {
             let class = match granularity {
-                g if g >= 2 << 20 => "2m",
+                g if g >= SUPERPAGE_SIZE => "2m",
                 g if g >= 64 << 10 => "64k",
                 _ => "4k",
             };

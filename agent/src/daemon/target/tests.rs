@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use memtide_core::{
     engine::{AccessKind, DamonObservation, Sample},
     policy::PlacementView,
-    units::{PAGE_SIZE as PAGE, Tier},
+    units::{PAGE_SIZE, SUPERPAGE_SIZE, Tier},
 };
 use memtide_host::{
     exec::{DirectionReport, ExecReport},
@@ -89,7 +89,7 @@ fn hit_ratio_and_hot_set_weigh_each_sample_by_its_period() {
         (128_000, 1_600_000)
     );
     // 70 % of the accesses is the store's page alone.
-    assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (0, PAGE));
+    assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (0, PAGE_SIZE));
     assert_eq!(sampled_hot_set(&sampled, 0.7), [0x2000]);
     // A ring record's weight of 0 counts as one access.
     let record = memtide_common::AccessSample {
@@ -148,14 +148,14 @@ fn damon_regions_split_accesses_and_hot_bytes_by_tier() {
     let regions = [
         DamonObservation {
             start: 0x10_0000,
-            end: 0x10_0000 + 64 * PAGE,
+            end: 0x10_0000 + 64 * PAGE_SIZE,
             nr_accesses: 10,
             max_nr_accesses: 20,
             age: 1,
         },
         DamonObservation {
             start: 0x20_0000,
-            end: 0x20_0000 + 512 * PAGE,
+            end: 0x20_0000 + 512 * PAGE_SIZE,
             nr_accesses: 0,
             max_nr_accesses: 20,
             age: 9,
@@ -166,7 +166,7 @@ fn damon_regions_split_accesses_and_hot_bytes_by_tier() {
     assert_eq!(view.slow_accesses, 0);
     assert_eq!(
         view.hot_fast_bytes,
-        64 * PAGE,
+        64 * PAGE_SIZE,
         "only the accessed region is hot"
     );
     assert_eq!(view.hot_slow_bytes, 0);
@@ -177,7 +177,10 @@ fn sampled_pages_count_by_tier() {
     let placement = placement(&[(0x1000, 1)], &[(0x2000, 1)]);
     let view = sample_view(&at(&[0x1000, 0x1008, 0x2000, 0x9000]), &placement, 1.0);
     assert_eq!((view.fast_accesses, view.slow_accesses), (2, 1));
-    assert_eq!((view.hot_fast_bytes, view.hot_slow_bytes), (PAGE, PAGE));
+    assert_eq!(
+        (view.hot_fast_bytes, view.hot_slow_bytes),
+        (PAGE_SIZE, PAGE_SIZE)
+    );
 }
 
 #[test]
@@ -211,29 +214,32 @@ fn observe_mode_plans_against_the_moves_it_assumed() {
     // on the fast node (0). Assumed: pages 1..4 of the first promoted, the first half of
     // the second demoted.
     let sp = 0x20_0000;
-    let real = placement(&[(sp + 0x20_0000, 512)], &[(sp, 3), (sp + 4 * PAGE, 508)]);
+    let real = placement(
+        &[(sp + 0x20_0000, 512)],
+        &[(sp, 3), (sp + 4 * PAGE_SIZE, 508)],
+    );
     let mut assumed = Assumed::default();
-    assumed.record(sp + PAGE, sp + 4 * PAGE, true);
+    assumed.record(sp + PAGE_SIZE, sp + 4 * PAGE_SIZE, true);
     assumed.record(sp + 0x20_0000, sp + 0x30_0000, false);
     let view = AssumedView {
         real: &real,
         assumed: &assumed,
     };
     assert_eq!(view.tier_of(sp), Some(Tier::Slow));
-    assert_eq!(view.tier_of(sp + PAGE), Some(Tier::Fast));
-    assert_eq!(view.tier_of(sp + 2 * PAGE), Some(Tier::Fast));
-    assert_eq!(view.tier_of(sp + 4 * PAGE), Some(Tier::Slow));
+    assert_eq!(view.tier_of(sp + PAGE_SIZE), Some(Tier::Fast));
+    assert_eq!(view.tier_of(sp + 2 * PAGE_SIZE), Some(Tier::Fast));
+    assert_eq!(view.tier_of(sp + 4 * PAGE_SIZE), Some(Tier::Slow));
     let first = view.residency(sp);
     assert_eq!((first.fast_pages(), first.slow_pages()), (2, 509));
     let second = view.residency(sp + 0x20_0000);
     assert_eq!((second.fast_pages(), second.slow_pages()), (256, 256));
     // The real placement is untouched.
-    assert_eq!(real.is_fast(sp + PAGE), Some(false));
+    assert_eq!(real.is_fast(sp + PAGE_SIZE), Some(false));
     let mut fast = Vec::new();
     view.for_each_fast_range(&mut |start, len| fast.push((start, len)));
     assert_eq!(
         fast,
-        vec![(sp + PAGE, 2 * PAGE), (sp + 0x30_0000, 0x10_0000)],
+        vec![(sp + PAGE_SIZE, 2 * PAGE_SIZE), (sp + 0x30_0000, 0x10_0000)],
         "assumed-promoted resident pages plus the fast half not assumed demoted"
     );
 }
@@ -354,13 +360,13 @@ fn migrated_bytes_and_pages_are_counted_per_direction() {
         },
         demote: DirectionReport {
             pages_moved: 512 + 3,
-            moved_by_granularity: BTreeMap::from([(2 << 20, 512), (4096, 3)]),
+            moved_by_granularity: BTreeMap::from([(SUPERPAGE_SIZE, 512), (PAGE_SIZE, 3)]),
             ..DirectionReport::default()
         },
         ..ExecReport::default()
     };
     let [promoted, demoted] = publish_migration(&metrics, "w:1", &report);
-    assert_eq!((promoted, demoted), (24 * PAGE, 515 * PAGE));
+    assert_eq!((promoted, demoted), (24 * PAGE_SIZE, 515 * PAGE_SIZE));
     let value = scrape(&registry);
     let bytes = |direction: &str, granularity: &str| {
         value(&[
