@@ -11,7 +11,7 @@ use memtide_core::{
     policy::{CapacityView, PlacementView, TierCost},
     testgen::{Pattern, SplitMix64, TraceGen},
     tiering::{Tiering, TieringConfig},
-    units::{Residency, SUPERPAGE_SIZE, Tier},
+    units::{PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier, superpage_of},
 };
 
 const TIB: u64 = 1 << 40;
@@ -90,7 +90,7 @@ fn engine_1tib() -> Tiering {
     let mut rng = SplitMix64::new(1);
     let all: Vec<Sample> = (0..SUPERPAGES_1TIB)
         .map(|sp| Sample {
-            addr: sp * SUPERPAGE_SIZE + rng.below(512) * 4096,
+            addr: sp * SUPERPAGE_SIZE + rng.below(SUBPAGES as u64) * PAGE_SIZE,
             kind: AccessKind::Load,
             weight: 1 + rng.below(8) as u32,
         })
@@ -126,7 +126,7 @@ fn ingest(c: &mut Criterion) {
         g.bench_function(format!("std_hashmap_baseline/{name}"), |b| {
             b.iter(|| {
                 for s in black_box(&samples) {
-                    let c = naive.entry(s.addr >> 21).or_default();
+                    let c = naive.entry(superpage_of(s.addr)).or_default();
                     if s.kind == AccessKind::Store {
                         c.1 = c.1.saturating_add(1);
                     } else {
@@ -191,7 +191,7 @@ fn spread_samples(tracked: u64, count: u64) -> Vec<Sample> {
     let stride = tracked / count;
     (0..count)
         .map(|i| Sample {
-            addr: i * stride * SUPERPAGE_SIZE + rng.below(512) * 4096,
+            addr: i * stride * SUPERPAGE_SIZE + rng.below(SUBPAGES as u64) * PAGE_SIZE,
             kind: AccessKind::Load,
             weight: 1 + rng.below(8) as u32,
         })
@@ -247,7 +247,7 @@ fn close(c: &mut Criterion) {
 
 fn memory_report() {
     let e = engine_1tib();
-    let naive = SUPERPAGES_1TIB * 512 * 2;
+    let naive = SUPERPAGES_1TIB * SUBPAGES as u64 * 2;
     let mem = e.memory_bytes() as u64;
     let st = e.stats();
     println!(

@@ -324,6 +324,7 @@ impl TierModel {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::units::superpage_of;
 
     #[test]
     fn rng_is_seeded_and_uniform_enough() {
@@ -353,7 +354,7 @@ mod tests {
         );
         let per_sp: BTreeMap<u64, usize> =
             g.hot_pages().iter().fold(BTreeMap::new(), |mut m, p| {
-                *m.entry(p >> 21).or_default() += 1;
+                *m.entry(superpage_of(*p)).or_default() += 1;
                 m
             });
         assert_eq!(per_sp.len(), 50);

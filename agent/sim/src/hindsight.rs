@@ -51,8 +51,6 @@ use crate::{
 use memtide_common::AccessSample;
 use memtide_core::units::{PAGE_SIZE, SUBPAGES, Tier};
 
-const PAGES_PER_SUPERPAGE: u64 = SUBPAGES as u64;
-
 #[derive(Default)]
 pub struct Hindsight {
     fast: FreePlacement,
@@ -139,7 +137,7 @@ impl Hindsight {
         let [pages, superpages] = &self.ranked;
         for addr in addrs {
             let page = addr / PAGE_SIZE;
-            let sp = page / PAGES_PER_SUPERPAGE;
+            let sp = page / SUBPAGES as u64;
             hits[0] += u32::from(pages.contains(&page));
             hits[1] += u32::from(superpages.contains(&sp));
             self.pages.touch(page, self.batch);
@@ -160,10 +158,9 @@ impl Hindsight {
             .most_recent(usize::try_from(capacity).unwrap_or(usize::MAX));
         let superpages = self
             .superpages
-            .most_recent(usize::try_from(capacity / PAGES_PER_SUPERPAGE).unwrap_or(usize::MAX));
+            .most_recent(usize::try_from(capacity / SUBPAGES as u64).unwrap_or(usize::MAX));
         if self.score[1] > self.score[0] {
-            let whole =
-                |sp: u64| (0..PAGES_PER_SUPERPAGE).map(move |i| (sp * PAGES_PER_SUPERPAGE + i, 1));
+            let whole = |sp: u64| (0..SUBPAGES as u64).map(move |i| (sp * SUBPAGES as u64 + i, 1));
             self.fast
                 .hold(model, superpages.iter().flat_map(|&sp| whole(sp)));
         } else {

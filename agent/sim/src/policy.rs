@@ -18,7 +18,7 @@ use memtide_common::AccessSample;
 use memtide_config::{EngineTable, EngineTableError};
 use memtide_core::{
     tiering::{Tiering, TieringConfig},
-    units::{Direction, Granularity, PAGE_SIZE, Tier},
+    units::{Direction, Granularity, PAGE_SIZE, SUPERPAGE_SIZE, Tier},
 };
 
 /// What the runner tells a policy at each step.
@@ -131,7 +131,7 @@ impl EngineVariant {
             Self::StaticGranularity(g) => match g.bytes() {
                 4096 => "static-4k".to_owned(),
                 65536 => "static-64k".to_owned(),
-                b if b == 2 << 20 => "static-2m".to_owned(),
+                b if b == SUPERPAGE_SIZE => "static-2m".to_owned(),
                 b => format!("static-{}k", b >> 10),
             },
             Self::FixedEpochMs(ms) => format!("epoch-{ms}ms"),

@@ -10,7 +10,7 @@ use serde::Serialize;
 use super::trace::{RecordSource, TraceError, TraceMeta, TraceRecord};
 use memtide_core::{
     testgen::SplitMix64,
-    units::{PAGE_SIZE, SUPERPAGE_SIZE},
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE},
 };
 
 /// First address of every generated footprint (2 MiB aligned).
@@ -217,12 +217,12 @@ impl Generator {
             }
             Workload::SparseSuperpage => {
                 // Half the superpages are hot, each with 1–32 hot pages (Rainbow's GUPS row).
-                let sps = pages / 512;
+                let sps = pages / SUBPAGES as u64;
                 let mut hot = Vec::new();
                 for sp in distinct(&mut self.rng, sps / 2, sps) {
                     let n = 1 + self.rng.below(32);
-                    for p in distinct(&mut self.rng, n, 512) {
-                        hot.push(sp * 512 + p);
+                    for p in distinct(&mut self.rng, n, SUBPAGES as u64) {
+                        hot.push(sp * SUBPAGES as u64 + p);
                     }
                 }
                 hot
@@ -506,6 +506,8 @@ impl RecordSource for Generator {
 mod tests {
     use std::collections::{HashMap, HashSet};
 
+    use memtide_core::units::{PAGE_SHIFT, SUPERPAGE_SHIFT};
+
     use super::*;
     use crate::trace::read_all;
 
@@ -537,8 +539,8 @@ mod tests {
     fn shapes() {
         // Streaming touches every page of its window densely; gups-hotset concentrates 70 %.
         let s = gen_all(Workload::Stream, 120_000);
-        let pages: HashSet<u64> = s.iter().map(|r| r.addr >> 12).collect();
-        let sps: HashSet<u64> = s.iter().map(|r| r.addr >> 21).collect();
+        let pages: HashSet<u64> = s.iter().map(|r| r.addr >> PAGE_SHIFT).collect();
+        let sps: HashSet<u64> = s.iter().map(|r| r.addr >> SUPERPAGE_SHIFT).collect();
         assert!(
             pages.len() as u64 >= sps.len() as u64 * 500,
             "dense 2 MiB regions"
@@ -546,7 +548,7 @@ mod tests {
         let g = gen_all(Workload::GupsHotset, 40_000);
         let mut counts: HashMap<u64, u32> = HashMap::new();
         for r in &g {
-            *counts.entry(r.addr >> 12).or_default() += 1;
+            *counts.entry(r.addr >> PAGE_SHIFT).or_default() += 1;
         }
         let mut v: Vec<u32> = counts.into_values().collect();
         v.sort_unstable_by(|a, b| b.cmp(a));
@@ -564,12 +566,15 @@ mod tests {
         let lines: HashSet<u64> = p.iter().map(|r| r.addr).collect();
         assert_eq!(lines.len(), 10_000);
         // hot-subset writes each page once, then read-modify-writes F/8 of them from 7F/16.
-        let pages = 64 << 20 >> 12;
+        let pages = 64 << 20 >> PAGE_SHIFT;
         let h = gen_all(Workload::HotSubset, 30_000);
         assert!(h[..pages].iter().all(TraceRecord::is_write));
-        let first: HashSet<u64> = h[..pages].iter().map(|r| r.addr >> 12).collect();
+        let first: HashSet<u64> = h[..pages].iter().map(|r| r.addr >> PAGE_SHIFT).collect();
         assert_eq!(first.len(), pages);
-        let hot: HashSet<u64> = h[pages..].iter().map(|r| (r.addr - BASE) >> 12).collect();
+        let hot: HashSet<u64> = h[pages..]
+            .iter()
+            .map(|r| (r.addr - BASE) >> PAGE_SHIFT)
+            .collect();
         assert_eq!(hot.len() as u64, pages as u64 / 8);
         assert_eq!(hot.iter().min(), Some(&(pages as u64 * 7 / 16)));
     }

@@ -11,6 +11,7 @@ use std::{
     process::{Command, Stdio},
 };
 
+use memtide_core::units::SUPERPAGE_SIZE;
 use memtide_sim::{
     run::measure_footprint,
     trace::{
@@ -23,8 +24,6 @@ const TEST: &str = "replays_a_real_page_fault_capture";
 /// Set in the recorded child: the file it writes the buffer's address and length to.
 const TOUCH_ENV: &str = "MEMTIDE_SIM_PERF_TOUCH";
 const TOUCHED: usize = 8 << 20;
-/// memtide's superpage, the unit of the footprint.
-const SUPERPAGE: u64 = 2 << 20;
 /// Set by `make test` where the perf test must run (it installs linux-perf and runs as root):
 /// a skip there would hide a broken environment, so it fails instead.
 const REQUIRE_PRIVILEGED: &str = "MEMTIDE_REQUIRE_PRIVILEGED";
@@ -144,12 +143,12 @@ fn replays_a_real_page_fault_capture() {
             r.addr
         );
     }
-    let superpages: HashSet<u64> = recs.iter().map(|r| user_addr(r) / SUPERPAGE).collect();
-    for sp in start / SUPERPAGE..=(end - 1) / SUPERPAGE {
+    let superpages: HashSet<u64> = recs.iter().map(|r| user_addr(r) / SUPERPAGE_SIZE).collect();
+    for sp in start / SUPERPAGE_SIZE..=(end - 1) / SUPERPAGE_SIZE {
         assert!(
             superpages.contains(&sp),
             "superpage {:#x} of the touched buffer {start:#x}..{end:#x} has no record",
-            sp * SUPERPAGE
+            sp * SUPERPAGE_SIZE
         );
     }
     let fp = measure_footprint(&spec(&addr_txt, true)).unwrap();

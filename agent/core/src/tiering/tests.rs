@@ -15,7 +15,7 @@ use crate::{
         epoch::EpochChange,
     },
     testgen::{Pattern, SplitMix64, TierModel, TraceGen},
-    units::{Direction, PAGE_SIZE, Tier},
+    units::{Direction, PAGE_SIZE, SUBPAGES, Tier, superpage_base, superpage_of},
 };
 
 const MS: Duration = Duration::from_millis(1);
@@ -327,7 +327,7 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
         first
             .moves
             .iter()
-            .all(|m| m.start >> 21 == 2 && m.reason == MoveReason::WriteHot),
+            .all(|m| superpage_of(m.start) == 2 && m.reason == MoveReason::WriteHot),
         "{:?}",
         first.moves
     );
@@ -338,7 +338,7 @@ fn write_hot_regions_are_promoted_first_when_slow_writes_cost_more() {
         plans[0]
             .moves
             .iter()
-            .all(|m| m.start >> 21 == 1 && m.reason == MoveReason::Hot),
+            .all(|m| superpage_of(m.start) == 1 && m.reason == MoveReason::Hot),
         "{:?}",
         plans[0].moves
     );
@@ -581,7 +581,7 @@ fn the_reuse_floor_counts_only_reuses_the_fast_tier_can_bridge() {
 
 fn arb_samples() -> impl Strategy<Value = Vec<(u64, u64, bool)>> {
     // (superpage 0..64, page 0..512, write)
-    prop::collection::vec((0u64..64, 0u64..512, any::<bool>()), 0..3000)
+    prop::collection::vec((0u64..64, 0..SUBPAGES as u64, any::<bool>()), 0..3000)
 }
 
 fn run_case(
@@ -600,7 +600,7 @@ fn run_case(
     let mut model = TierModel::new(0, 128 * MIB, Tier::Slow, fast_total);
     let mut rng = SplitMix64::new(seed);
     let pre = (0..prefill).map(|i| PlannedMove {
-        start: (rng.below(64) << 21) + (i % 512) * PAGE_SIZE,
+        start: superpage_base(rng.below(64)) + (i % SUBPAGES as u64) * PAGE_SIZE,
         len: PAGE_SIZE,
         direction: Direction::Promote,
         granularity: Granularity::KIB_4,
@@ -624,7 +624,7 @@ fn run_case(
             let s: Vec<Sample> = chunk
                 .iter()
                 .map(|&(sp, p, w)| Sample {
-                    addr: (sp << 21) + p * PAGE_SIZE,
+                    addr: superpage_base(sp) + p * PAGE_SIZE,
                     kind: if w {
                         AccessKind::Store
                     } else {
@@ -952,7 +952,7 @@ fn a_lasting_warm_superpage_moves_whole_and_a_sweep_passing_through_does_not() {
                 .collect();
             for _ in 0..warm_samples(i) {
                 samples.push(sample(warm_sp + warm_page * PAGE_SIZE));
-                warm_page = (warm_page + 1) % 512;
+                warm_page = (warm_page + 1) % SUBPAGES as u64;
             }
             e.observe_samples(&samples, now);
         }

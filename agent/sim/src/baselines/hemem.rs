@@ -29,7 +29,7 @@ use crate::{
     trace::TraceRecord,
 };
 use memtide_common::AccessSample;
-use memtide_core::units::{SUPERPAGE_SIZE, Tier};
+use memtide_core::units::{SUBPAGES, SUPERPAGE_SIZE, Tier};
 
 /// HeMem's PEBS sample period (`SAMPLE_PERIOD`, src/pebs.h): the events one of its samples
 /// stands for.
@@ -117,7 +117,7 @@ impl SimPolicy for HeMem {
             let (r, w) = self.counts.get(&s.sp).map_or((0, 0), |c| self.cooled(c));
             let is_hot = r >= HOT_READ || w >= HOT_WRITE;
             let fast = s.fast_pages() > 0;
-            if is_hot && s.fast_pages() < 512 {
+            if is_hot && s.fast_pages() < SUBPAGES as u32 {
                 hot.push((w >= HOT_WRITE, r + w, s.sp));
             } else if !is_hot && fast {
                 cold.push((r + w, s.sp));

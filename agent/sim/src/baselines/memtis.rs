@@ -42,7 +42,7 @@ use crate::{
     trace::TraceRecord,
 };
 use memtide_common::AccessSample;
-use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, subpage_index};
 
 /// `htmm_sample_period`: the load events one of MEMTIS's samples stands for.
 const SAMPLE_PERIOD: u64 = 199;
@@ -208,7 +208,7 @@ impl SimPolicy for Memtis {
                 .counts
                 .entry(s.addr / SUPERPAGE_SIZE)
                 .or_insert_with(|| vec![0u32; SUBPAGES].into_boxed_slice());
-            let p = ((s.addr / PAGE_SIZE) % 512) as usize;
+            let p = subpage_index(s.addr);
             c[p] = c[p].saturating_add(1);
             let before = self.accesses;
             self.accesses = self.accesses.saturating_add(s.weight.max(1));
@@ -243,7 +243,7 @@ impl SimPolicy for Memtis {
         for (idx, page, count) in self.units(model) {
             let s = model.superpage(idx);
             let fast = match page {
-                None => s.fast_pages() == 512,
+                None => s.fast_pages() == SUBPAGES as u32,
                 Some(p) => s.is_fast(p),
             };
             let b = hotness(count, page.is_none());

@@ -24,7 +24,7 @@ use crate::{
     trace::TraceRecord,
 };
 use memtide_common::AccessSample;
-use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier};
+use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, subpage_index};
 
 pub struct Tpp {
     scan_period: Duration,
@@ -148,7 +148,7 @@ impl SimPolicy for Tpp {
             };
             let Some(idx) = idx else { continue };
             let s = model.superpage(idx);
-            let page = ((r.addr / PAGE_SIZE) % 512) as usize;
+            let page = subpage_index(r.addr);
             if s.is_fast(page) {
                 continue;
             }

@@ -58,7 +58,7 @@ pub type SpMap<V> = HashMap<u64, V, BuildHasherDefault<SpHasher>>;
 /// One mapped superpage.
 #[derive(Clone, Debug)]
 pub struct Superpage {
-    /// Superpage number (address >> 21).
+    /// Superpage number (address >> SUPERPAGE_SHIFT).
     pub sp: u64,
     pub fast: [u64; 8],
     /// Pages accessed since a policy last cleared the bit (the PTE accessed bit).

@@ -30,7 +30,7 @@ use super::{
 use memtide_common::AccessSample;
 use memtide_core::{
     ingest::{IngestCounters, Router},
-    units::{PAGE_SIZE, SUPERPAGE_SIZE},
+    units::{PAGE_SIZE, SUPERPAGE_SIZE, subpage_index},
 };
 
 /// Records per batch between two policy steps.
@@ -313,7 +313,7 @@ pub fn run_keeping_model(
         policy.before_batch(memory.records(&batch), &mut model);
         for (i, r) in batch.iter().enumerate() {
             let (idx, first_touch) = locate(&mut model, policy, &mut last, r);
-            let page = ((r.addr / PAGE_SIZE) % 512) as usize;
+            let page = subpage_index(r.addr);
             let (fast, huge) = model.touch(idx, page);
             let past_llc = memory.reached(i);
             acct.replayed += 1;

@@ -280,6 +280,8 @@ fn place(
 mod tests {
     use std::io::BufReader;
 
+    use memtide_core::units::PAGE_SHIFT;
+
     use super::*;
     use crate::trace::read_all;
 
@@ -303,9 +305,9 @@ mod tests {
         let recs: Vec<TraceRecord> = (0..100u64)
             .map(|i| {
                 if i % 3 == 0 {
-                    TraceRecord::store((i << 12) | (3 << 48))
+                    TraceRecord::store((i << PAGE_SHIFT) | (3 << 48))
                 } else {
-                    TraceRecord::load(i << 12)
+                    TraceRecord::load(i << PAGE_SHIFT)
                 }
             })
             .chain([TraceRecord {

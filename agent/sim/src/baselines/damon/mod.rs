@@ -39,7 +39,7 @@ use memtide_common::AccessSample;
 use memtide_core::{
     policy::PlacementView as _,
     testgen::SplitMix64,
-    units::{PAGE_SIZE, SUPERPAGE_SIZE, Tier},
+    units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, subpage_index},
 };
 
 #[derive(Clone, Copy, Debug)]
@@ -358,7 +358,7 @@ impl Damon {
                 let s = model.superpage(idx);
                 let base = s.sp * SUPERPAGE_SIZE;
                 if s.huge {
-                    let in_from = (s.fast_pages() == 512) != (to == Tier::Fast);
+                    let in_from = (s.fast_pages() == SUBPAGES as u32) != (to == Tier::Fast);
                     // The young filter reads the folio's bit and clears it (mkold), as
                     // DAMOS filters do: one bit for the whole PMD-mapped huge page.
                     if in_from && young.is_none_or(|y| young_filter(model, base) == y) {
@@ -380,7 +380,7 @@ impl Damon {
                     let mut a = base + first % SUPERPAGE_SIZE;
                     let end = base + (last - 1) % SUPERPAGE_SIZE + 1;
                     while a < end && moved < budget {
-                        let p = ((a / PAGE_SIZE) % 512) as usize;
+                        let p = subpage_index(a);
                         let in_from = model.superpage(idx).is_fast(p) != (to == Tier::Fast);
                         if in_from && young.is_none_or(|y| young_filter(model, a) == y) {
                             moved += model.migrate(a, PAGE_SIZE, to, PAGE_SIZE, now_ms) as f64;
@@ -452,7 +452,7 @@ fn is_young(model: &TierModel, addr: u64) -> bool {
     if s.huge {
         return s.accessed != [0; 8];
     }
-    let p = ((addr / PAGE_SIZE) % 512) as usize;
+    let p = subpage_index(addr);
     s.accessed[p / 64] & (1 << (p % 64)) != 0
 }
 
@@ -466,7 +466,7 @@ fn make_old(model: &mut TierModel, addr: u64) {
     if s.huge {
         s.accessed = [0; 8];
     } else {
-        let p = ((addr / PAGE_SIZE) % 512) as usize;
+        let p = subpage_index(addr);
         s.accessed[p / 64] &= !(1u64 << (p % 64));
     }
 }
