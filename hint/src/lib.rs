@@ -169,6 +169,8 @@ pub extern "C" fn memtide_hint(addr: *mut c_void, len: usize, hint_kind: c_int) 
 mod tests {
     use std::path::PathBuf;
 
+    use memtide_core::units::PAGE_SIZE;
+
     use super::*;
 
     fn fixture(kind: &str, name: &str) -> PathBuf {
@@ -221,8 +223,9 @@ mod tests {
     fn hint_applies_to_own_memory() {
         // A fresh anonymous mapping (a large Vec) hinted FAST on this machine, then BANDWIDTH.
         let buf = vec![1u8; 1 << 20];
-        let start = (buf.as_ptr() as usize).div_ceil(4096) * 4096;
-        let len = (buf.as_ptr() as usize + buf.len() - start) / 4096 * 4096;
+        let page = PAGE_SIZE as usize;
+        let start = (buf.as_ptr() as usize).div_ceil(page) * page;
+        let len = (buf.as_ptr() as usize + buf.len() - start) / page * page;
         hint(start, len, Hint::Fast).unwrap();
         hint(start, len, Hint::Bandwidth).unwrap();
         assert_eq!(
@@ -232,7 +235,7 @@ mod tests {
         assert_eq!(memtide_hint(start as *mut c_void, len, 9), -libc::EINVAL);
         // Unaligned start: the kernel's EINVAL comes back as a negative errno.
         assert_eq!(
-            memtide_hint((start + 1) as *mut c_void, len - 4096, Hint::Fast as c_int),
+            memtide_hint((start + 1) as *mut c_void, len - page, Hint::Fast as c_int),
             -libc::EINVAL
         );
     }
