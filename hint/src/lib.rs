@@ -19,6 +19,7 @@ use std::{
 
 use memtide_config::TierOverride;
 use memtide_host::{
+    exec::launch::{prefer_tier, weighted_interleave_available},
     sys::mempolicy::{self, MPOL_MF_MOVE, Mode, NodeMask},
     sysfs::HostRoot,
     topology::tiering::TieredTopology,
@@ -75,23 +76,13 @@ impl Tiers {
     pub fn detect_at(root: &Path) -> Self {
         let host = HostRoot::new(root);
         let (fast, slow) = match TieredTopology::read(&host, &TierOverride::default()) {
-            Ok(tiered) if tiered.classes.fast.is_empty() => (
-                tiered
-                    .topology
-                    .nodes_with_memory()
-                    .map(|node| node.id)
-                    .collect(),
-                Vec::new(),
-            ),
-            Ok(tiered) => (tiered.classes.fast, tiered.classes.slow),
+            Ok(tiered) => tiered.placement_tiers(),
             Err(_) => (vec![0], Vec::new()),
         };
         Self {
             fast,
             slow,
-            weighted_interleave: root
-                .join("sys/kernel/mm/mempolicy/weighted_interleave")
-                .is_dir(),
+            weighted_interleave: weighted_interleave_available(&host),
         }
     }
 
@@ -117,11 +108,8 @@ impl Tiers {
         let first = *nodes
             .first()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
-        Ok((
-            Mode::PreferredMany,
-            nodes.clone(),
-            Some((Mode::Preferred, vec![first])),
-        ))
+        let ((mode, nodes), fallback) = prefer_tier(nodes.clone(), first);
+        Ok((mode, nodes, Some(fallback)))
     }
 
     /// Applies `hint` to `[addr, addr + len)` of this process.

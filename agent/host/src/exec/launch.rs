@@ -131,11 +131,7 @@ pub fn plan(
     if all.is_empty() {
         return Err(LaunchError::NoNodes);
     }
-    let fast = if t.classes.fast.is_empty() {
-        all.clone()
-    } else {
-        t.classes.fast.clone()
-    };
+    let (fast, slow) = t.placement_tiers();
     Ok(match placement {
         Placement::Interleave => LaunchPolicy::simple(
             Mode::Interleave,
@@ -145,16 +141,13 @@ pub fn plan(
         ),
         Placement::FastFirst => {
             let best = t.classes.best_node(&t.topology, true).unwrap_or(fast[0]);
-            let mut p = LaunchPolicy::simple(
-                Mode::PreferredMany,
-                "preferred-many",
-                fast.clone(),
-                format!("prefer the fast nodes {fast:?}, spill to the others"),
-            );
-            p.fallback = Some((Mode::Preferred, vec![best]));
+            let explanation = format!("prefer the fast nodes {fast:?}, spill to the others");
+            let ((mode, nodes), fallback) = prefer_tier(fast, best);
+            let mut p = LaunchPolicy::simple(mode, "preferred-many", nodes, explanation);
+            p.fallback = Some(fallback);
             p
         }
-        Placement::BwAware => bw_aware(t, all, &fast, weighted_available),
+        Placement::BwAware => bw_aware(t, all, &fast, &slow, weighted_available),
     })
 }
 
@@ -172,12 +165,25 @@ impl LaunchPolicy {
     }
 }
 
+/// Keeping memory on the nodes of one tier while letting it spill to the others when they are
+/// full: `MPOL_PREFERRED_MANY` over `nodes`, and for kernels without that mode (before Linux
+/// 5.15) `MPOL_PREFERRED` on `fallback_node`, one of them. The mode and nodes, then the
+/// fallback's; `memtide exec` and the hint library both place a tier so.
+#[must_use]
+pub fn prefer_tier(nodes: Vec<u32>, fallback_node: u32) -> ((Mode, Vec<u32>), (Mode, Vec<u32>)) {
+    (
+        (Mode::PreferredMany, nodes),
+        (Mode::Preferred, vec![fallback_node]),
+    )
+}
+
 /// `bw-aware`: interleave weighted by HMAT read bandwidth where the kernel can, else the
 /// plain interleave (or the preferred node) closest to the fast tier's share of bandwidth.
 fn bw_aware(
     t: &TieredTopology,
     all: Vec<u32>,
     fast: &[u32],
+    slow: &[u32],
     weighted_available: bool,
 ) -> LaunchPolicy {
     let bandwidth: Option<Vec<(u32, u64)>> = all
@@ -218,7 +224,7 @@ fn bw_aware(
                 .map(|&(_, b)| b)
                 .sum();
             let share = fast_bw as f64 / total.max(1) as f64;
-            let nodes = interleave_subset(fast, &t.classes.slow, share);
+            let nodes = interleave_subset(fast, slow, share);
             if nodes.len() == 1 {
                 LaunchPolicy::simple(
                     Mode::Preferred,

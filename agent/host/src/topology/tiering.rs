@@ -327,6 +327,19 @@ impl TieredTopology {
             classes,
         })
     }
+
+    /// The fast and the slow nodes to place memory on. With no fast node (no node with memory,
+    /// or an override that names none of them) every node with memory is fast and none slow,
+    /// so that a placement still has nodes to go to.
+    #[must_use]
+    pub fn placement_tiers(&self) -> (Vec<u32>, Vec<u32>) {
+        if self.classes.fast.is_empty() {
+            let every_node = self.topology.nodes_with_memory().map(|n| n.id).collect();
+            (every_node, Vec::new())
+        } else {
+            (self.classes.fast.clone(), self.classes.slow.clone())
+        }
+    }
 }
 
 #[cfg(test)]
@@ -453,6 +466,20 @@ pub(crate) mod tests {
         };
         let t = TieredTopology::read(&root, &over).unwrap();
         assert!(t.classes.warning.unwrap().contains("[7]"));
+    }
+
+    #[test]
+    fn with_no_fast_node_every_node_is_fast_for_placement() {
+        let t = read("cxl-cpuless");
+        assert_eq!(t.placement_tiers(), (vec![0, 1], vec![2]));
+        // Every node named slow: nothing is left fast, so nothing is slow to a placement.
+        let over = TierOverride {
+            slow_nodes: vec![0, 1, 2],
+            ..TierOverride::default()
+        };
+        let t = TieredTopology::read(&fixture("cxl-cpuless"), &over).unwrap();
+        assert!(t.classes.fast.is_empty());
+        assert_eq!(t.placement_tiers(), (vec![0, 1, 2], vec![]));
     }
 
     #[test]
