@@ -69,7 +69,7 @@ fn main() {
     println!("target (4 KiB pages) | smaps | PAGEMAP_SCAN over 64 MiB | ratio | maps | numa_maps");
     for gib in [1usize, 4] {
         let (mut child, base) = workload(gib << 18);
-        let target = Target::open(child.id()).expect("open target");
+        let target = Target::open(&HostRoot::default(), child.id()).expect("open target");
         let scannable = target
             .pagemap()
             .is_ok_and(|p| p.huge_ranges(base, base + MOVE_BYTES, &mut Vec::new()));

@@ -115,9 +115,10 @@ fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
     use memtide::record::{RecordOptions, record};
 
     let duration = args.duration.map(std::time::Duration::from_secs_f64);
+    let root = HostRoot::default();
     // What the command line names must be there: usage errors, before anything is set up.
     for pid in &args.pids {
-        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+        if !root.path(format!("proc/{pid}")).exists() {
             return Err(UsageError(format!(
                 "--pid {pid}: no such process; name a running process"
             ))
@@ -148,7 +149,7 @@ fn record(args: &cli::RecordArgs) -> anyhow::Result<()> {
         duration,
         out: args.output.clone(),
         ring_bytes: args.ring_bytes,
-        root: HostRoot::default(),
+        root,
     };
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -129,7 +129,7 @@ pub async fn record(options: RecordOptions) -> Result<RecordSummary, RecordError
     let targets = options
         .pids
         .iter()
-        .map(|&pid| Target::open(pid))
+        .map(|&pid| Target::open(&options.root, pid))
         .collect::<Result<Vec<_>, _>>()?;
 
     let (kind, mut sampler, period, ring) = open_sampler(&options)?;

@@ -43,7 +43,7 @@ fn query_reports_every_resident_page_on_its_node() {
         return;
     }
     let mut w = touched_workload();
-    let target = Target::open(w.pid).expect("open target");
+    let target = Target::open(&HostRoot::default(), w.pid).expect("open target");
     let statuses = placement::query_range(&target, w.base, w.size, 256).expect("query");
     assert_eq!(statuses.len() as u64, PAGES);
     let counts = NodeCounts::of(&statuses);
@@ -90,7 +90,7 @@ fn query_reports_every_resident_page_on_its_node() {
     // An untouched page reads as not present, not as some node. (Large enough that the
     // buffer is a fresh mmap, not recycled heap.)
     let mut fresh = Workload::spawn(&["--pages", "256", "--no-thp"]);
-    let fresh_target = Target::open(fresh.pid).expect("open");
+    let fresh_target = Target::open(&HostRoot::default(), fresh.pid).expect("open");
     let statuses = placement::query_range(&fresh_target, fresh.base, fresh.size, 8).expect("query");
     assert!(statuses.iter().all(|s| s.node().is_none()), "{statuses:?}");
     assert_eq!(statuses.len(), 256);
@@ -103,7 +103,7 @@ fn pages_already_on_their_destination_are_counted_before_a_move() {
         return;
     }
     let mut w = touched_workload();
-    let target = Target::open(w.pid).expect("open target");
+    let target = Target::open(&HostRoot::default(), w.pid).expect("open target");
     let mut backend = KernelBackend::new(&target, HostRoot::default()).expect("backend");
     // Where the workload's pages are, by its own reading: every page asked to its node
     // counts, none asked to a node where it is not.
@@ -132,7 +132,7 @@ fn move_to_missing_node_is_a_typed_error() {
         return;
     }
     let w = touched_workload();
-    let target = Target::open(w.pid).expect("open target");
+    let target = Target::open(&HostRoot::default(), w.pid).expect("open target");
     let node = missing_node();
     let request = MoveRequest {
         start: w.base,
@@ -220,7 +220,7 @@ fn target_exit_mid_batch_aborts_cleanly() {
     }
     let mut w = touched_workload();
     let (pid, base) = (w.pid, w.base);
-    let target = Target::open(pid).expect("open target");
+    let target = Target::open(&HostRoot::default(), pid).expect("open target");
     let inner = KernelBackend::new(&target, HostRoot::default()).expect("backend");
     let mut backend = KillAfterFirstMove {
         inner,
@@ -270,14 +270,18 @@ fn target_set_follows_a_pid_until_it_exits() {
         ..Selection::default()
     };
     let mut set = TargetSet::new();
-    let changes = set.refresh(&selection).expect("refresh");
+    let changes = set
+        .refresh(&HostRoot::default(), &selection)
+        .expect("refresh");
     assert_eq!(changes.added, vec![w.pid], "self is never a target");
     assert_eq!(
         set.get(w.pid).map(|t| t.stat().comm.as_str()),
         Some("memtide-workloa")
     );
     w.kill();
-    let changes = set.refresh(&selection).expect("refresh");
+    let changes = set
+        .refresh(&HostRoot::default(), &selection)
+        .expect("refresh");
     assert_eq!(changes.removed, vec![w.pid]);
     assert!(set.is_empty());
 }

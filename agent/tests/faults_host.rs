@@ -394,7 +394,7 @@ fn a_reused_pid_is_never_mistaken_for_the_target() {
         .spawn()
         .expect("spawn sleep");
     let pid = first.id();
-    let target = Target::open(pid).expect("open the target");
+    let target = Target::open(&HostRoot::default(), pid).expect("open the target");
     assert!(target.maps().is_ok());
     let Some(mut impostor) = respawn_with_pid(first) else {
         support::skip(

@@ -45,7 +45,8 @@ pub(crate) fn huge_child() -> Option<(std::process::Child, u64, u64)> {
         "MADV_HUGEPAGE",
         "for i in range(2048):\n    m[i << 12] = 1\n",
     )?;
-    let smaps = crate::targets::Target::open(child.id()).and_then(|t| t.smaps());
+    let smaps = crate::targets::Target::open(&crate::sysfs::HostRoot::default(), child.id())
+        .and_then(|t| t.smaps());
     let anon_huge = smaps
         .expect("smaps of the child")
         .into_iter()

@@ -418,7 +418,7 @@ impl Agent {
             }
             None => &self.targets.selection,
         };
-        let changes = match self.targets.set.refresh(selection) {
+        let changes = match self.targets.set.refresh(&self.root, selection) {
             Ok(changes) => changes,
             Err(error) => {
                 tracing::warn!(%error, "resolving targets");

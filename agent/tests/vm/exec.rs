@@ -106,7 +106,7 @@ fn executor_moves_workload_pages_between_nodes() {
     w.command("touch");
     migratepages(w.pid, 0, 1);
     assert_all_on(&mut w, pages, 1);
-    let target = Target::open(w.pid).expect("open");
+    let target = Target::open(&HostRoot::default(), w.pid).expect("open");
 
     let (report, _) = execute(
         &target,
@@ -172,7 +172,7 @@ fn executor_moves_huge_pages_whole_and_splits_for_small_moves() {
     );
     migratepages(w.pid, 0, 1);
     assert_all_on(&mut w, pages, 1);
-    let target = Target::open(w.pid).expect("open");
+    let target = Target::open(&HostRoot::default(), w.pid).expect("open");
     let (report, _) = execute(
         &target,
         &requests(w.base, w.size, 0, SUPERPAGE_SIZE),
@@ -290,7 +290,7 @@ fn executor_throughput_vs_migratepages() {
         let mut w = Workload::spawn(&args);
         w.command("touch");
         assert_all_on(&mut w, pages, 0);
-        let target = Target::open(w.pid).expect("open");
+        let target = Target::open(&HostRoot::default(), w.pid).expect("open");
         let (mut t_mp, mut t_ex) = (Duration::ZERO, Duration::ZERO);
         let mut syscalls = 0;
         let ex_move = |to: u32, t_ex: &mut Duration, syscalls: &mut u64| {

@@ -50,7 +50,9 @@ impl Drop for Cgroup {
 /// Bytes of process `pid` on `node`, over all its mappings (numa_maps), and where they lie:
 /// one line per mapping that has any (its start, policy, file or kind, and bytes).
 fn bytes_on(pid: u32, node: u32) -> (u64, String) {
-    let target = memtide_host::targets::Target::open(pid).expect("open the workload");
+    let target =
+        memtide_host::targets::Target::open(&memtide_host::sysfs::HostRoot::default(), pid)
+            .expect("open the workload");
     let maps = target.numa_maps().expect("numa_maps");
     let mut lines = String::new();
     let mut total = 0;

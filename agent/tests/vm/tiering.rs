@@ -102,7 +102,9 @@ pub(crate) fn share(counts: &BTreeMap<u32, u64>, node: u32, pages: u64) -> f64 {
 
 /// Pages per node of the mapping holding `addr` in /proc/PID/numa_maps.
 pub(crate) fn numa_maps_nodes(pid: u32, addr: u64) -> BTreeMap<u32, u64> {
-    let target = memtide_host::targets::Target::open(pid).expect("open the workload");
+    let target =
+        memtide_host::targets::Target::open(&memtide_host::sysfs::HostRoot::default(), pid)
+            .expect("open the workload");
     let maps = target.numa_maps().expect("numa_maps");
     maps.into_iter()
         .filter(|m| m.start <= addr)

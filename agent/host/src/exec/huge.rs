@@ -103,7 +103,7 @@ mod tests {
     use std::path::Path;
 
     use super::*;
-    use crate::{targets::maps, test_child::huge_child};
+    use crate::{sysfs::HostRoot, targets::maps, test_child::huge_child};
 
     const MIB: u64 = 1 << 20;
 
@@ -143,7 +143,7 @@ mod tests {
         let Some((mut child, start, anon_huge)) = huge_child() else {
             return;
         };
-        let target = Target::open(child.id()).unwrap();
+        let target = Target::open(&HostRoot::default(), child.id()).unwrap();
         let first = start.next_multiple_of(SUPERPAGE_SIZE);
         let whole = huge_ranges(&target, &[(start, start + 64 * MIB)]);
         // 64 KiB of the first superpage written, and a superpage never written.

@@ -164,11 +164,14 @@ pub struct Target {
     pid: u32,
     pidfd: OwnedFd,
     stat: ProcStat,
+    /// The root its `/proc` files are read under, the one it was opened with.
+    root: HostRoot,
 }
 
 impl Target {
-    /// Opens process `pid` of this machine. Refuses memtide itself and kernel threads.
-    pub fn open(pid: u32) -> Result<Self, TargetError> {
+    /// Opens process `pid` of this machine, whose `/proc` files are read under `root` from
+    /// then on. Refuses memtide itself and kernel threads.
+    pub fn open(root: &HostRoot, pid: u32) -> Result<Self, TargetError> {
         if pid == std::process::id() {
             return Err(TargetError::IsSelf { pid });
         }
@@ -176,8 +179,13 @@ impl Target {
             pidfd::pidfd_open(pid).map_err(|e| TargetError::syscall(pid, "pidfd_open", e))?;
         // Read after opening the pidfd: if the process is still alive afterwards, what was read
         // is about the process the pidfd names.
-        let stat = ProcStat::read(&HostRoot::default(), pid)?;
-        let target = Self { pid, pidfd, stat };
+        let stat = ProcStat::read(root, pid)?;
+        let target = Self {
+            pid,
+            pidfd,
+            stat,
+            root: root.clone(),
+        };
         target.check_alive()?;
         if target.stat.is_kernel_thread() {
             return Err(TargetError::KernelThread {
@@ -239,7 +247,7 @@ impl Target {
         parse: impl FnOnce(&Path, &str) -> Result<T, SysfsError>,
     ) -> Result<T, TargetError> {
         self.with_pid(|pid| {
-            let path = PathBuf::from(format!("/proc/{pid}/{file}"));
+            let path = self.root.path(format!("proc/{pid}/{file}"));
             let text = sysfs::read_trimmed(&path).map_err(|e| read_error(pid, e))?;
             parse(&path, &text).map_err(|source| TargetError::Read { pid, source })
         })
@@ -264,7 +272,7 @@ impl Target {
     /// where its accesses come from when no sample says.
     pub fn thread_cpus(&self) -> Result<Vec<u32>, TargetError> {
         self.with_pid(|pid| {
-            let tasks = PathBuf::from(format!("/proc/{pid}/task"));
+            let tasks = self.root.path(format!("proc/{pid}/task"));
             let names = sysfs::dir_names(&tasks)
                 .map_err(|e| read_error(pid, e))?
                 .unwrap_or_default();
@@ -326,7 +334,9 @@ mod tests {
             .arg("30")
             .spawn()
             .unwrap();
-        let cpus = Target::open(child.id()).unwrap().thread_cpus();
+        let cpus = Target::open(&HostRoot::default(), child.id())
+            .unwrap()
+            .thread_cpus();
         let _ = child.kill();
         let _ = child.wait();
         assert_eq!(cpus.unwrap().len(), 1, "sleep has one thread");
@@ -364,7 +374,7 @@ mod tests {
 
     #[test]
     fn refuses_self() {
-        let err = Target::open(std::process::id()).unwrap_err();
+        let err = Target::open(&HostRoot::default(), std::process::id()).unwrap_err();
         assert!(matches!(err, TargetError::IsSelf { .. }), "{err}");
     }
 
@@ -373,7 +383,7 @@ mod tests {
         // kthreadd is pid 2 on every Linux system with a normal pid namespace.
         let stat = ProcStat::read(&HostRoot::default(), 2);
         if stat.is_ok_and(|s| s.comm == "kthreadd") {
-            let err = Target::open(2).unwrap_err();
+            let err = Target::open(&HostRoot::default(), 2).unwrap_err();
             assert!(matches!(err, TargetError::KernelThread { .. }), "{err}");
         }
     }

@@ -39,7 +39,7 @@ impl Target {
     /// Opens the process's `/proc/PID/pagemap`.
     pub fn pagemap(&self) -> Result<Pagemap, TargetError> {
         self.with_pid(|pid| {
-            let file = File::open(format!("/proc/{pid}/pagemap"))
+            let file = File::open(self.root.path(format!("proc/{pid}/pagemap")))
                 .map_err(|e| TargetError::syscall(pid, "open(/proc/PID/pagemap)", e))?;
             Ok(Pagemap {
                 pid,

@@ -374,7 +374,10 @@ impl TierPlacement {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::test_child::{huge_child, python_child};
+    use crate::{
+        sysfs::HostRoot,
+        test_child::{huge_child, python_child},
+    };
 
     /// A python child with 64 MiB of anonymous memory, one page touched in each MiB; returns
     /// the child and the mapping's start.
@@ -390,7 +393,7 @@ mod tests {
         let Some((mut child, start)) = sparse_child() else {
             return;
         };
-        let target = Target::open(child.id()).unwrap();
+        let target = Target::open(&HostRoot::default(), child.id()).unwrap();
         let (end, single) = (start + (64 << 20), start + (3 << 20));
         let mut view = TierPlacement::new(vec![0]);
         // The whole mapping, and one touched page on its own (too short to read pagemap for).
@@ -426,7 +429,7 @@ mod tests {
         let Some((mut child, start, anon_huge)) = huge_child() else {
             return;
         };
-        let target = Target::open(child.id()).unwrap();
+        let target = Target::open(&HostRoot::default(), child.id()).unwrap();
         let end = start + (64 << 20);
         let mut view = TierPlacement::new(vec![0]);
         let queried = view.query_all(&target, &[(start, end)]);

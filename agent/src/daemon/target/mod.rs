@@ -235,7 +235,7 @@ pub fn spawn(
     metrics: Metrics,
     status: Arc<RwLock<AgentStatus>>,
 ) -> Result<TargetHandle, String> {
-    let target = Target::open(spec.pid).map_err(|e| e.to_string())?;
+    let target = Target::open(&spec.root, spec.pid).map_err(|e| e.to_string())?;
     let tiering = Tiering::new(spec.tiering.clone()).map_err(|e| e.to_string())?;
     let executor = Executor::new(spec.exec.clone());
     metrics.register_target(&spec.label);

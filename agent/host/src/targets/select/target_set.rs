@@ -38,8 +38,8 @@ impl TargetSet {
         Self::default()
     }
 
-    /// Re-resolves `selection` on this machine: opens new members, drops exited or deselected
-    /// ones. A member whose pid now names another process (its pidfd says exited) is dropped
+    /// Re-resolves `selection` on this machine, whose `/proc` and `/sys` are under `root`: opens
+    /// new members, drops exited or deselected ones. A member whose pid now names another process (its pidfd says exited) is dropped
     /// and, if still selected, reopened as the new process.
     ///
     /// Whether a selector still includes a member (its cgroup's members, its pid) is read at
@@ -47,8 +47,11 @@ impl TargetSet {
     /// [`Self::RECHECK`]: re-reading three `/proc` files of each of a thousand targets every
     /// second costs more than the targets themselves (scripts/bench-scale.sh). A member that
     /// execs into an excluded name or moves into an excluded cgroup is dropped within it.
-    pub fn refresh(&mut self, selection: &Selection) -> Result<Changes, TargetError> {
-        let root = HostRoot::default();
+    pub fn refresh(
+        &mut self,
+        root: &HostRoot,
+        selection: &Selection,
+    ) -> Result<Changes, TargetError> {
         let now = Instant::now();
         let alive: BTreeSet<u32> = self
             .targets
@@ -63,7 +66,7 @@ impl TargetSet {
         });
         let trusted: BTreeSet<u32> = self.checked.keys().copied().collect();
         let (selected, problems) =
-            selection.resolve_each_trusting(&root, std::process::id(), &trusted)?;
+            selection.resolve_each_trusting(root, std::process::id(), &trusted)?;
         let mut changes = Changes {
             problems: problems.iter().map(ToString::to_string).collect(),
             ..Changes::default()
@@ -83,7 +86,7 @@ impl TargetSet {
             if self.targets.contains_key(&pid) {
                 continue;
             }
-            match Target::open(pid) {
+            match Target::open(root, pid) {
                 Ok(target) => {
                     self.targets.insert(pid, target);
                     changes.added.push(pid);

@@ -453,3 +453,58 @@ fn without_cgroup_v2_membership_a_cgroup_exclusion_leaves_the_process_unmanaged(
         vec![20, 21]
     );
 }
+
+/// A target set resolves, opens and reads its targets under the root it is given: a real child
+/// (its pidfd is real) whose name, maps and threads only the fixture tree has.
+#[test]
+fn a_target_set_reads_its_targets_under_the_root_it_is_given() {
+    let mut child = std::process::Command::new("sleep")
+        .arg("30")
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let dir = tempfile::tempdir().unwrap();
+    let r = dir.path();
+    process(
+        r,
+        pid,
+        "fixture-only",
+        1,
+        0x400100,
+        "/opt/fixture-only",
+        "x",
+    );
+    write(
+        r,
+        &format!("proc/{pid}/maps"),
+        "7f2a3c000000-7f2a3c200000 rw-p 00000000 00:00 0 \n",
+    );
+    write(
+        r,
+        &format!("proc/{pid}/task/{pid}/stat"),
+        &format!(
+            "{pid} (fixture-only) S 1 {pid} {pid} 0 -1 4194304 0 0 0 0 0 0 0 0 20 0 1 0 100 \
+             0 0 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 5 0 0 0 0 0\n"
+        ),
+    );
+    let selection = Selection {
+        include: vec![Selector::Name(NamePattern("fixture-only".into()))],
+        exclude: Exclude::default(),
+    };
+    let mut set = TargetSet::new();
+    let changes = set.refresh(&HostRoot::new(r), &selection);
+    let target = set.get(pid).map(|target| {
+        (
+            target.stat().comm.clone(),
+            target.maps().map(|maps| maps.len()),
+            target.thread_cpus(),
+        )
+    });
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(changes.unwrap().added, vec![pid]);
+    let (comm, maps, cpus) = target.expect("the child is a target");
+    assert_eq!(comm, "fixture-only");
+    assert_eq!(maps.unwrap(), 1);
+    assert_eq!(cpus.unwrap(), vec![5]);
+}
