@@ -84,8 +84,8 @@ seed("proc_smaps", "self", "".join(smaps[:3 * 26]))
 # --- sysfs trees: the fixture machines, one part per file of memtide_fuzz::SYSFS_FILES ----------
 lib = pathlib.Path("fuzz/src/lib.rs").read_text()
 files = re.findall(r'^    "([^"]+)",$', lib.split("pub const SYSFS_FILES")[1].split("];")[0], re.M)
-fixtures = sorted(pathlib.Path("agent/tests/fixtures/machines").iterdir()) + sorted(
-    pathlib.Path("agent/tests/fixtures/topology").iterdir())
+fixtures = sorted(pathlib.Path("agent/host/tests/fixtures/machines").iterdir()) + sorted(
+    pathlib.Path("agent/host/tests/fixtures/topology").iterdir())
 for root in fixtures:
     parts = []
     for rel in files:

@@ -53,10 +53,7 @@ fn exit_status_is_the_programs_and_errors_name_the_program() {
 
 #[test]
 fn dry_run_on_the_vm_fixture_picks_weighted_interleave_or_its_approximation() {
-    let root = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/topology/vm-hmat"
-    );
+    let root = &format!("{}/topology/vm-hmat", memtide_host::FIXTURES);
     let out = memtide(&["exec", "--root", root, "--dry-run", "--", "true"]);
     assert!(
         out.status.success(),

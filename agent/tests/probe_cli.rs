@@ -180,10 +180,7 @@ fn probe_json_on_this_host_agrees_with_sysfs() {
 
 #[test]
 fn probe_json_on_the_dev_machine_fixture() {
-    let root = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/fixtures/machines/vm-single-node"
-    );
+    let root = &format!("{}/machines/vm-single-node", memtide_host::FIXTURES);
     let json = probe_json(&["probe", "--json", "--root", root]);
     assert_structure(&json);
     assert_eq!(json["kernel"], "6.18.44-fc-v595");

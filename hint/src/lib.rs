@@ -162,10 +162,7 @@ mod tests {
     use super::*;
 
     fn fixture(kind: &str, name: &str) -> PathBuf {
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../agent/tests/fixtures")
-            .join(kind)
-            .join(name)
+        PathBuf::from(memtide_host::FIXTURES).join(kind).join(name)
     }
 
     #[test]

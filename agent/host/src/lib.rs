@@ -20,3 +20,9 @@ mod test_child;
 #[cfg(test)]
 mod test_tree;
 pub mod topology;
+
+/// The fixture machines (`machines/`, whole machines; `topology/`, NUMA layouts) as trees of
+/// `/proc` and `/sys`. They sit beside this crate, the lowest that reads them; the crates above
+/// read the same trees through this path rather than a copy or a path of their own.
+#[cfg(any(test, feature = "test-fixtures"))]
+pub const FIXTURES: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures");

@@ -19,10 +19,12 @@ use memtide_host::{
     topology::{MemoryTier, MmSettings, Node, ThpMode, Topology},
 };
 
+/// A machine of this crate's `tests/fixtures/machines` (what `memtide_host::FIXTURES` names for
+/// the crates above; an integration test of this crate builds it without the feature).
 fn fixture(name: &str) -> HostRoot {
     HostRoot::new(
         Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../tests/fixtures/machines")
+            .join("tests/fixtures/machines")
             .join(name),
     )
 }

@@ -34,7 +34,7 @@ pub(super) fn copy_tree(from: &Path, to: &Path) {
 fn a_slow_node_going_offline_turns_migration_off() {
     let dir = tempfile::tempdir().unwrap();
     copy_tree(
-        &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/topology/cxl-cpuless"),
+        &Path::new(memtide_host::FIXTURES).join("topology/cxl-cpuless"),
         dir.path(),
     );
     let root = HostRoot::new(dir.path());
@@ -167,8 +167,7 @@ mod with_a_fake_source {
         fn new(config: &str) -> Self {
             let dir = tempfile::tempdir().unwrap();
             copy_tree(
-                &Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("tests/fixtures/topology/cxl-cpuless/sys"),
+                &Path::new(memtide_host::FIXTURES).join("topology/cxl-cpuless/sys"),
                 &dir.path().join("sys"),
             );
             symlink("/proc", dir.path().join("proc")).unwrap();

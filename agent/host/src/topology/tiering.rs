@@ -344,16 +344,12 @@ impl TieredTopology {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use std::path::PathBuf;
+    use std::path::Path;
 
     use super::*;
 
     fn fixture(name: &str) -> HostRoot {
-        HostRoot::new(
-            PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-                .join("../tests/fixtures/topology")
-                .join(name),
-        )
+        HostRoot::new(Path::new(crate::FIXTURES).join("topology").join(name))
     }
 
     /// A fixture machine of `tests/fixtures/topology`, read and classified with no override.

@@ -142,8 +142,7 @@ mod tests {
     /// The fixture's machine: two sockets (nodes 0 and 1) and a CXL node (2) behind socket 0.
     fn locality() -> Locality {
         let root = HostRoot::new(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("tests/fixtures/topology/cxl-cpuless"),
+            std::path::Path::new(memtide_host::FIXTURES).join("topology/cxl-cpuless"),
         );
         let tiered = TieredTopology::read(&root, &TierOverride::default()).unwrap();
         assert_eq!(

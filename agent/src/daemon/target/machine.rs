@@ -106,8 +106,7 @@ mod tests {
     #[test]
     fn one_read_serves_every_target_until_it_is_old() {
         let dir = tempfile::tempdir().unwrap();
-        let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("tests/fixtures/topology/cxl-cpuless/sys");
+        let fixture = std::path::Path::new(memtide_host::FIXTURES).join("topology/cxl-cpuless/sys");
         crate::daemon::tests::copy_tree(&fixture, &dir.path().join("sys"));
         let root = HostRoot::new(dir.path());
         let node_dir = dir.path().join("sys/devices/system/node");
