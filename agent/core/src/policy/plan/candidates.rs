@@ -290,9 +290,6 @@ fn scan_region(
 ) -> (ScanRegion, bool) {
     let (r, w) = hot.counters(slot);
     let mut accessed = hot.counted_pages(slot);
-    let stage2_samples: u32 = set_pages(accessed)
-        .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
-        .fold(0, u32::saturating_add);
     let residency = view.residency(superpage_base(sp));
     let sampled = hot.sampled(slot);
     let huge = splits_huge(view, superpage_base(sp), &residency);
@@ -302,6 +299,16 @@ fn scan_region(
         accessed = [u64::MAX; 8];
     }
     let rec = hot.superpage(sp);
+    let count = rec.map_or(0, |rec| hot.accesses(rec));
+    // Only a superpage stage 1 has cooled to nothing is judged by its stage-2 samples
+    // ([`colder_than_fast`]): the sum is read for those alone.
+    let stage2_samples: u32 = if count == 0 {
+        set_pages(hot.counted_pages(slot))
+            .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
+            .fold(0, u32::saturating_add)
+    } else {
+        0
+    };
     let region = ScanRegion {
         sp,
         accessed,
@@ -309,14 +316,14 @@ fn scan_region(
         density_scale: hot.density_scale(slot),
         coverage: hot.sample_coverage(slot),
         sampled,
-        hot: rec.is_some_and(|rec| hot.accesses(rec) >= hot.hot_cutoff.max(1)),
+        hot: count >= hot.hot_cutoff.max(1),
         colder_than_fast: colder_than_fast(
-            rec.map_or(0, |rec| hot.accesses(rec)),
+            count,
             (hot.hot_cutoff, bars.fits_fast),
             stage2_samples,
             bars.min_samples,
         ),
-        fits_fast: rec.is_some_and(|rec| hot.accesses(rec) >= bars.fits_fast),
+        fits_fast: count >= bars.fits_fast.max(1),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
         page_at_floor: {
             let slow = residency.pages_in(Tier::Slow);
