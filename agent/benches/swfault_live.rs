@@ -24,8 +24,8 @@ use memtide::{
         perf::{
             ring::{DRAIN_INTERVAL, run_sample_ring},
             sampler::Sampler,
-            swfault,
         },
+        swfault,
     },
 };
 use tokio::sync::mpsc;

@@ -34,14 +34,14 @@ use tokio::{
 };
 
 use crate::sources::{
-    SampleRoute, SampleRouter, TargetChannel, TargetInput,
+    PerfSpecError, SampleRoute, SampleRouter, TargetChannel, TargetInput,
     perf::{
-        PerfSourceOptions, PerfSpecError,
+        PerfSourceOptions,
         budget::KernelLimits,
-        perf_spec_for,
         ring::{DRAIN_INTERVAL, run_sample_ring},
         sampler::{Sampler, SamplerError},
     },
+    registry::perf_spec_for,
 };
 use memtide_host::{
     probe::pmu::PmuScan,

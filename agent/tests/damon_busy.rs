@@ -7,10 +7,9 @@ mod support;
 use std::{collections::BTreeMap, fs, path::Path};
 
 use memtide::sources::{
-    StartContext,
     damon::DamonSource,
     perf::{PerfSourceOptions, budget::KernelLimits},
-    start_first,
+    registry::{StartContext, start_first},
 };
 use memtide_config::{DamonMonitorConfig, SourceKind};
 use memtide_host::{probe::pmu::PmuScan, sysfs::HostRoot};

@@ -7,13 +7,16 @@
 
 use std::path::Path;
 
-use memtide::sources::perf::{
-    PerfSourceOptions, PerfSpecError,
-    budget::{Binding, KernelLimits, PeriodRule},
+use memtide::sources::{
+    PerfSpecError,
     ibs::{self, IbsOptions},
     pebs::{self, PebsError, PebsOptions},
-    perf_spec_for,
-    sampler::{EventSpec, PlannedOpen},
+    perf::{
+        DEFAULT_LDLAT, PerfSourceOptions,
+        budget::{Binding, KernelLimits, PeriodRule},
+        sampler::{EventSpec, PlannedOpen},
+    },
+    registry::perf_spec_for,
 };
 use memtide_common::{AccessKind, SampleSource};
 use memtide_config::SourceKind;
@@ -36,7 +39,7 @@ fn scan(root: &HostRoot) -> PmuScan {
 }
 
 const OPTIONS: PebsOptions = PebsOptions {
-    ldlat: pebs::DEFAULT_LDLAT,
+    ldlat: DEFAULT_LDLAT,
     load_period: 1000,
     store_period: Some(5000),
 };

@@ -17,8 +17,8 @@ use memtide::sources::{
     perf::{
         ring::{DRAIN_INTERVAL, run_sample_ring},
         sampler::Sampler,
-        swfault,
     },
+    swfault,
 };
 use support::Workload;
 use tokio::sync::mpsc;

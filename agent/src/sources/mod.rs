@@ -1,8 +1,14 @@
 //! Hotness sources: what tells memtide which pages a process touches, one folder per kind
-//! behind one trait, [`HotnessSource`]:
-//! - [`perf`]: Intel PEBS, AMD IBS and software page faults, through a BPF `perf_event`
-//!   program and a ring of sampled accesses;
+//! behind one trait, [`HotnessSource`], found through one table, [`registry`]:
+//! - [`pebs`]: Intel PEBS, sampled loads and stores with their data addresses;
+//! - [`ibs`]: AMD IBS op sampling;
+//! - [`swfault`]: software page faults, everywhere and coarse;
 //! - [`damon`]: memtide's own kdamond, its regions forwarded by a BPF tracepoint program.
+//!
+//! The first three share [`perf`]: one BPF `perf_event` program, a ring of sampled accesses,
+//! the sampling budget and the run-time rate control. The arrows point one way: a sampler's
+//! folder uses `perf`, never another sampler's, and `perf` names none of them; only the
+//! registry names every sampler.
 //!
 //! What the machine offers, and which source `run` would pick, is read by `memtide-host`'s
 //! probe; here is what runs a source: it starts, follows the target list it is given, delivers
@@ -14,29 +20,29 @@ pub mod damon;
 mod deliver;
 #[cfg(test)]
 pub(crate) mod fake;
+pub mod ibs;
+pub mod pebs;
 pub mod perf;
+pub mod registry;
+pub mod swfault;
 
 use std::{collections::BTreeMap, os::fd::OwnedFd};
 
-use memtide_config::{DamonMonitorConfig, SourceKind, SourcesConfig};
-use memtide_host::{
-    probe::{
-        self,
-        damon::{DamonStatus, OpsProbe},
-        pmu::PmuScan,
-    },
-    sysfs::HostRoot,
-};
+use memtide_config::{SourceKind, SourcesConfig};
+use memtide_host::{probe::pmu::PmuScan, sysfs::HostRoot};
 use tokio::task::JoinHandle;
 
 pub use self::deliver::{Delivery, SampleRoute, SampleRouter, TargetChannel, TargetInput};
 use self::{
-    damon::{DamonSource, DamonSourceError},
+    damon::DamonSourceError,
+    ibs::IbsError,
+    pebs::PebsError,
     perf::{
-        PerfSource, PerfSourceOptions, PerfSpecError,
-        budget::{KernelLimits, SamplingBudget},
+        PerfSourceOptions,
+        budget::{BudgetError, KernelLimits, SamplingBudget},
         sampler::SamplerError,
     },
+    registry::{StartContext, candidates, start_first},
 };
 use crate::bpf::ProgramStats;
 
@@ -52,6 +58,21 @@ pub enum SourceError {
     Io(#[from] std::io::Error),
     #[error("the source's records are already being delivered")]
     Delivering,
+}
+
+/// Why no perf-event spec could be built.
+#[derive(Debug, thiserror::Error)]
+pub enum PerfSpecError {
+    #[error("{0} is not a perf-event source")]
+    NotPerf(SourceKind),
+    #[error("no CPUs to sample on")]
+    NoCpus,
+    #[error(transparent)]
+    Pebs(#[from] PebsError),
+    #[error(transparent)]
+    Ibs(#[from] IbsError),
+    #[error(transparent)]
+    Budget(#[from] BudgetError),
 }
 
 /// The CPU budget a source's sample period is held to at run time.
@@ -96,7 +117,7 @@ pub trait HotnessSource: Send {
         Ok(Vec::new())
     }
     /// Re-splits the sample budget between the source's events by what the interval since the
-    /// last call showed (PEBS: the store:load period ratio, [`perf::memory_share`]). Returns the
+    /// last call showed (PEBS: the store:load period ratio, [`pebs::memory_share`]). Returns the
     /// store:load period ratio when it changed.
     fn rebalance(&mut self) -> Result<Option<f64>, SourceError> {
         Ok(None)
@@ -190,160 +211,5 @@ impl SourceFactory for KernelSources {
                 tracing::warn!(%error, "BPF run-time statistics unavailable; memtide_bpf_run_seconds_total stays 0");
             })
             .ok()
-    }
-}
-
-/// Sources to try, best first: the configured order, else what `memtide probe` ranks usable.
-fn candidates(request: &SourceRequest<'_>, pmus: &PmuScan) -> Vec<SourceKind> {
-    let mut order = if request.config.order.is_empty() {
-        let damon = DamonStatus::read(request.root, OpsProbe::ReadOnly).unwrap_or_else(|error| {
-            tracing::warn!(%error, "reading DAMON's status; not using DAMON");
-            DamonStatus::unreadable(&error)
-        });
-        // Loading BPF is what starting a source does anyway; a failure there is reported
-        // with its reason and the next source is tried.
-        let kernel =
-            memtide_host::sysfs::read_trimmed(&request.root.path(probe::kernel::OSRELEASE))
-                .unwrap_or_default();
-        let checks = probe::rank(&probe::SourceInputs {
-            bpf_available: true,
-            kernel: &kernel,
-            pmus,
-            damon: &damon,
-        });
-        let mut order = Vec::new();
-        for check in checks {
-            if check.usable || (check.kind == SourceKind::Damon && !damon_ruled_out(&damon)) {
-                order.push(check.kind);
-            } else if check.kind == SourceKind::Damon && !request.observe_all {
-                tracing::info!(
-                    "not trying DAMON: {} (as `memtide probe` says)",
-                    check.reason
-                );
-            }
-        }
-        order
-    } else {
-        request.config.order.clone()
-    };
-    // DAMON monitors named processes; with no targets there is nothing to give it.
-    if request.observe_all {
-        order.retain(|kind| *kind != SourceKind::Damon);
-    }
-    order
-}
-
-/// Whether what `memtide probe` found rules DAMON out for good: no DAMON, no tracepoint, or
-/// operations that are known and lack `vaddr`. A busy DAMON, or operations a read-only probe
-/// could not list, is still tried: the kdamond may be a killed agent's, which starting DAMON
-/// removes, and starting is what finds out the operations.
-fn damon_ruled_out(damon: &DamonStatus) -> bool {
-    !damon.present
-        || !damon.tracepoint
-        || (!damon.operations.is_empty() && !damon.has_operations("vaddr"))
-}
-
-/// What starting a source needs.
-#[derive(Debug)]
-pub struct StartContext<'a> {
-    pub root: &'a HostRoot,
-    pub pmus: &'a PmuScan,
-    pub perf: &'a PerfSourceOptions,
-    pub damon: &'a DamonMonitorConfig,
-    /// Processes to watch from the start (DAMON needs at least one to run).
-    pub pids: &'a [u32],
-}
-
-/// Starts one source.
-pub fn start(
-    kind: SourceKind,
-    context: &StartContext<'_>,
-) -> Result<Box<dyn HotnessSource>, SourceError> {
-    if kind == SourceKind::Damon {
-        return Ok(Box::new(DamonSource::start(
-            context.root,
-            context.damon,
-            context.pids,
-        )?));
-    }
-    Ok(Box::new(PerfSource::start(
-        kind,
-        context.root,
-        context.pmus,
-        context.perf,
-        context.pids,
-    )?))
-}
-
-/// One source that could not be started, and why.
-#[derive(Debug)]
-pub struct FailedStart {
-    pub kind: SourceKind,
-    pub error: SourceError,
-}
-
-/// Tries `candidates` in order and returns the first that starts, with the failures before
-/// it (each logged as a warning naming the source and the reason).
-pub fn start_first(
-    candidates: &[SourceKind],
-    context: &StartContext<'_>,
-) -> (Option<Box<dyn HotnessSource>>, Vec<FailedStart>) {
-    let mut failed = Vec::new();
-    for &kind in candidates {
-        match start(kind, context) {
-            Ok(source) => {
-                if let Some(previous) = failed.last() {
-                    let FailedStart { kind: tried, .. } = previous;
-                    tracing::warn!(source = %kind, "falling back to {kind} after {tried} failed");
-                }
-                return (Some(source), failed);
-            }
-            Err(error) => {
-                tracing::warn!(source = %kind, %error, "cannot start {kind}");
-                failed.push(FailedStart { kind, error });
-            }
-        }
-    }
-    (None, failed)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn damon_is_skipped_only_when_the_probe_rules_it_out_for_good() {
-        let usable = DamonStatus {
-            present: true,
-            nr_kdamonds: 0,
-            kdamonds: Vec::new(),
-            operations: vec!["vaddr".into(), "paddr".into()],
-            operations_source: String::new(),
-            tracepoint: true,
-            tracepoint_detail: String::new(),
-        };
-        assert!(!damon_ruled_out(&usable));
-        // Operations a read-only probe could not list: starting finds out.
-        let unknown = DamonStatus {
-            operations: Vec::new(),
-            ..usable.clone()
-        };
-        assert!(!damon_ruled_out(&unknown));
-        for ruled_out in [
-            DamonStatus {
-                present: false,
-                ..usable.clone()
-            },
-            DamonStatus {
-                tracepoint: false,
-                ..usable.clone()
-            },
-            DamonStatus {
-                operations: vec!["paddr".into()],
-                ..usable
-            },
-        ] {
-            assert!(damon_ruled_out(&ruled_out), "{ruled_out:?}");
-        }
     }
 }

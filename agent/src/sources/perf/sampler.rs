@@ -424,7 +424,7 @@ impl Sampler {
 
     /// Sets the store events' periods to `factor` times their opening periods (at the scale
     /// in force), leaving the loads alone: the PEBS store:load split following what reaches
-    /// memory ([`super::memory_share`]). Returns the periods now in force.
+    /// memory ([`memory_share`](crate::sources::pebs::memory_share)). Returns the periods now in force.
     pub fn set_store_ratio(&mut self, factor: f64) -> Result<Vec<u64>, SamplerError> {
         let applied = self.apply_periods(self.scale, factor)?;
         self.store_factor = factor;
@@ -510,7 +510,7 @@ mod tests {
 
     #[test]
     fn events_without_cpus_open_everywhere() {
-        let s = super::super::swfault::spec(vec![0, 3], 1, 4096, false);
+        let s = crate::sources::swfault::spec(vec![0, 3], 1, 4096, false);
         assert_eq!(plan(&s), vec![(0, 0, None), (3, 0, None)]);
     }
 
@@ -539,8 +539,8 @@ mod tests {
 
     #[test]
     fn budget_changes_keep_ibs_periods_on_the_op_counters_rule() {
-        let ibs = super::super::ibs::PERIOD_RULE;
-        let base = super::super::ibs::round_period(0x1_0000);
+        let ibs = crate::sources::ibs::PERIOD_RULE;
+        let base = crate::sources::ibs::round_period(0x1_0000);
         for scale in [0.0001, 0.013, 0.5, 0.77, 1.0, 1.37, 3.3, 1000.0] {
             let period = period_at(base, scale, ibs);
             assert_eq!(period % 16, 0, "scale {scale}: period {period:#x}");

@@ -18,25 +18,28 @@
 //! (memtide places user memory only). Hybrid PMUs count only on their own CPUs (the `cpus` file
 //! in the PMU directory), so their events carry that CPU list.
 
+pub mod memory_share;
+pub mod source;
+
 use std::path::PathBuf;
 
 use memtide_common::{AccessKind, SampleSource};
 
-use super::{
-    budget::PeriodRule,
-    sampler::{EventSpec, SamplerSpec},
-};
 use memtide_host::probe::pmu::{self, EncodeError, Pmu, PmuScan};
 use memtide_host::{
     sys::perf::{self, PerfAttr},
     sysfs::{self, HostRoot, SysfsError},
 };
 
-/// Default load-latency threshold in core cycles: `perf mem`'s default
-/// (tools/perf/util/mem-events.c `perf_mem_events__loads_ldlat = 30`). Loads that hit L1/L2
-/// finish well under it; L3 hits, remote caches and memory (the accesses tiering cares about)
-/// take longer.
-pub const DEFAULT_LDLAT: u16 = 30;
+use super::{
+    PerfSpecError,
+    perf::{
+        PerfSourceOptions, PerfSourceSpec, budget,
+        budget::PeriodRule,
+        sampler::{EventSpec, SamplerSpec},
+    },
+};
+
 /// The smallest threshold the hardware supports (the kernel's own `ldlat=3` default).
 pub const MIN_LDLAT: u16 = 3;
 /// `precise_ip` for every PEBS event (3 is EINVAL for load latency on Sapphire Rapids).
@@ -53,7 +56,7 @@ pub const CORE_PMUS: [&str; 3] = ["cpu", "cpu_core", "cpu_atom"];
 /// What to sample.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct PebsOptions {
-    /// Load-latency threshold in cycles ([`DEFAULT_LDLAT`]).
+    /// Load-latency threshold in cycles ([`DEFAULT_LDLAT`](super::perf::DEFAULT_LDLAT)).
     pub ldlat: u16,
     /// Sample one in `load_period` qualifying loads.
     pub load_period: u64,
@@ -321,10 +324,75 @@ pub fn spec(
     }
 }
 
+/// PEBS: loads above the latency threshold and (where the core PMU has them) stores, on every
+/// core PMU's CPUs, with periods chosen from the CPU budget; loads and stores split it by what
+/// reaches memory ([`budget::load_store_shares`]). `root` is where the PMU directories live.
+pub fn source_spec(
+    scan: &PmuScan,
+    root: &HostRoot,
+    options: &PerfSourceOptions,
+) -> Result<PerfSourceSpec, PerfSpecError> {
+    let mut notes = Vec::new();
+    let pmus = core_pmus(root, scan)?;
+    let mut streams = 0u32;
+    for core in pmus.iter() {
+        let per_event = options.streams_on(core.cpus);
+        let stores = options.pebs_stores && core.pmu.has_event("mem-stores");
+        streams = streams.saturating_add(per_event.saturating_mul(1 + u32::from(stores)));
+        if options.pebs_stores && !stores {
+            notes.push(format!("{} has no mem-stores: loads only", core.pmu.name));
+        }
+    }
+    if let Some(atom) = scan.get("cpu_atom").filter(|p| !p.has_event("mem-loads")) {
+        notes.push(format!(
+            "{} has no mem-loads: its CPUs are not sampled",
+            atom.name
+        ));
+    }
+    let (load_share, store_share) = budget::load_store_shares(
+        options.rates.pebs_loads_per_sec,
+        options.rates.pebs_stores_per_sec,
+        options.assumed_store_period_ratio(),
+    );
+    let loads = options.choose(
+        options.rates.pebs_loads_per_sec,
+        streams,
+        load_share,
+        PERIOD_RULE,
+    )?;
+    let stores = options.choose(
+        options.rates.pebs_stores_per_sec,
+        streams,
+        store_share,
+        PERIOD_RULE,
+    )?;
+    let pebs_options = PebsOptions {
+        ldlat: options.ldlat,
+        load_period: loads.period,
+        store_period: options.pebs_stores.then_some(stores.period),
+    };
+    let sets = pmus.events(root, &pebs_options)?;
+    let mut periods = vec![("mem-loads", loads)];
+    if sets.iter().any(|set| set.stores) {
+        periods.push(("mem-stores", stores));
+    }
+    Ok(PerfSourceSpec {
+        spec: spec(
+            sets,
+            options.cpus.clone(),
+            options.ring_bytes,
+            options.filter_by_target,
+        ),
+        periods,
+        notes,
+        interrupts: true,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::sources::perf::pmu_fixture;
+    use crate::sources::perf::{DEFAULT_LDLAT, pmu_fixture};
 
     const OPTIONS: PebsOptions = PebsOptions {
         ldlat: DEFAULT_LDLAT,

@@ -9,8 +9,12 @@
 use memtide_common::{AccessKind, SampleSource};
 
 use super::{
-    budget::PeriodRule,
-    sampler::{EventSpec, SamplerSpec},
+    PerfSpecError,
+    perf::{
+        PerfSourceOptions, PerfSourceSpec,
+        budget::PeriodRule,
+        sampler::{EventSpec, SamplerSpec},
+    },
 };
 use memtide_host::sys::perf::{self, PerfAttr};
 
@@ -45,6 +49,28 @@ pub fn spec(cpus: Vec<u32>, period: u64, ring_bytes: u32, filter_by_target: bool
         ring_bytes,
         filter_by_target,
     }
+}
+
+/// Page faults on every CPU, one period for all of them from the CPU budget.
+pub fn source_spec(options: &PerfSourceOptions) -> Result<PerfSourceSpec, PerfSpecError> {
+    let choice = options.choose(
+        options.rates.page_faults_per_sec,
+        options.streams_on(None),
+        1.0,
+        PeriodRule::ANY,
+    )?;
+    Ok(PerfSourceSpec {
+        spec: spec(
+            options.cpus.clone(),
+            choice.period,
+            options.ring_bytes,
+            options.filter_by_target,
+        ),
+        periods: vec![("page-faults", choice)],
+        notes: Vec::new(),
+        // A software event raises no interrupt: the fault path runs the program.
+        interrupts: false,
+    })
 }
 
 #[cfg(test)]

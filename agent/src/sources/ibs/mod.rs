@@ -14,7 +14,7 @@
 //!   is set or that is under the minimum; older kernels accepted 0x10, but the hardware's MaxCnt
 //!   minimum for op sampling is 0x90 anyway. Periods are rounded *up*, so a budget-derived
 //!   period stays within budget, at open and at every change the CPU budget makes
-//!   ([`super::sampler::period_at`]).
+//!   ([`super::perf::sampler::period_at`]).
 //! - `precise_ip` 0: IBS is precise by construction (core events with `precise_ip` set are what
 //!   get forwarded *to* IBS).
 //! - `exclude_kernel`/`exclude_user`/`exclude_hv`/`exclude_guest` all unset: `perf_ibs_init`
@@ -38,8 +38,12 @@ use std::path::PathBuf;
 use memtide_common::{AccessKind, SampleSource};
 
 use super::{
-    budget::PeriodRule,
-    sampler::{EventSpec, SamplerSpec},
+    PerfSpecError,
+    perf::{
+        PerfSourceOptions, PerfSourceSpec,
+        budget::PeriodRule,
+        sampler::{EventSpec, SamplerSpec},
+    },
 };
 use memtide_host::probe::pmu::{
     self, ConfigWord, EncodeError, EventSpec as EventString, Pmu, PmuScan,
@@ -182,6 +186,50 @@ pub fn spec(
         ring_bytes,
         filter_by_target,
     }
+}
+
+/// IBS: op sampling, L3 misses only where the PMU can filter them (Zen 4).
+pub fn source_spec(
+    scan: &PmuScan,
+    root: &HostRoot,
+    options: &PerfSourceOptions,
+) -> Result<PerfSourceSpec, PerfSpecError> {
+    let mut notes = Vec::new();
+    let pmu = find(root, scan)?;
+    let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
+    if options.ibs_l3_miss_only && !l3 {
+        notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
+    }
+    let fraction = if l3 {
+        options.rates.ibs_l3_miss_fraction
+    } else {
+        1.0
+    };
+    let choice = options.choose(
+        options.rates.ibs_ops_per_sec * fraction,
+        options.streams_on(None),
+        1.0,
+        PERIOD_RULE,
+    )?;
+    let event = op_event(
+        pmu,
+        &IbsOptions {
+            l3_miss_only: options.ibs_l3_miss_only,
+            count_ops: true,
+            period: choice.period,
+        },
+    )?;
+    Ok(PerfSourceSpec {
+        spec: spec(
+            event,
+            options.cpus.clone(),
+            options.ring_bytes,
+            options.filter_by_target,
+        ),
+        periods: vec![("ibs_op", choice)],
+        notes,
+        interrupts: true,
+    })
 }
 
 #[cfg(test)]
