@@ -41,7 +41,7 @@ use crate::sources::{
         ring::{DRAIN_INTERVAL, run_sample_ring},
         sampler::{Sampler, SamplerError},
     },
-    registry::perf_spec_for,
+    registry::{PER_ACCESS, past_caches, perf_spec_for},
 };
 use memtide_host::{
     probe::pmu::PmuScan,
@@ -50,8 +50,6 @@ use memtide_host::{
 };
 use memtide_sim::trace::{PID_SHIFT, TraceMeta, TraceRecord, native::NativeWriter};
 
-/// The sources that produce individual accesses, best first.
-pub const RECORDABLE: [SourceKind; 3] = [SourceKind::Pebs, SourceKind::Ibs, SourceKind::SwFault];
 /// Most processes one trace can hold (the native format has 8 bits of process index).
 pub const MAX_PROCESSES: usize = 255;
 /// Batches queued between the ring and the file writer. Generous: a slow disk must not make
@@ -217,8 +215,7 @@ fn open_sampler(
 fn trace_meta(kind: SourceKind, period: u64) -> TraceMeta {
     TraceMeta {
         record_weight: u32::try_from(period).unwrap_or(u32::MAX),
-        // PEBS (ldlat) and IBS (l3missonly) samples are the accesses the caches missed.
-        past_caches: matches!(kind, SourceKind::Pebs | SourceKind::Ibs),
+        past_caches: past_caches(kind),
         live_samples: true,
         time_marks: true,
         ..TraceMeta::default()
@@ -304,7 +301,7 @@ fn check(options: &RecordOptions) -> Result<(), RecordError> {
     if options.pids.len() > MAX_PROCESSES {
         return Err(RecordError::TooManyTargets(options.pids.len()));
     }
-    if let Some(kind) = options.source.filter(|kind| !RECORDABLE.contains(kind)) {
+    if let Some(kind) = options.source.filter(|kind| !PER_ACCESS.contains(kind)) {
         return Err(RecordError::NotSampling(kind));
     }
     Ok(())
@@ -348,7 +345,7 @@ fn start_sampler(options: &RecordOptions) -> Result<(SourceKind, Sampler, u64), 
     perf.ring_bytes = options.ring_bytes;
     let kinds: Vec<SourceKind> = options
         .source
-        .map_or(RECORDABLE.to_vec(), |kind| vec![kind]);
+        .map_or(PER_ACCESS.to_vec(), |kind| vec![kind]);
     let mut failures = Vec::new();
     for kind in kinds {
         match start_one(kind, &pmus, &options.root, &perf, options.period) {

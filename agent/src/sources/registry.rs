@@ -21,10 +21,23 @@ use super::{
     swfault,
 };
 
+/// The sources that produce individual accesses (the perf samplers), best first: what
+/// `memtide record` can record.
+pub const PER_ACCESS: [SourceKind; 3] = [SourceKind::Pebs, SourceKind::Ibs, SourceKind::SwFault];
+
+/// Whether `kind`'s samples are the accesses the caches missed: PEBS (ldlat) and IBS
+/// (l3missonly).
+#[must_use]
+pub fn past_caches(kind: SourceKind) -> bool {
+    matches!(kind, SourceKind::Pebs | SourceKind::Ibs)
+}
+
 /// The sampler spec for `kind` (PEBS, IBS or software page faults), with periods chosen from
-/// the CPU budget ([`choose_period`](super::perf::budget::choose_period)); every sampling stream (event × CPU) gets an equal
-/// share, except that PEBS splits its loads against its stores by what reaches memory
-/// ([`load_store_shares`](super::perf::budget::load_store_shares)). `root` is where the PMU directories live (for `cpus` files and error messages).
+/// the CPU budget ([`choose_period`](super::perf::budget::choose_period)); every sampling
+/// stream (event × CPU) gets an equal share, except that PEBS splits its loads against its
+/// stores by what reaches memory
+/// ([`load_store_shares`](super::perf::budget::load_store_shares)). `root` is where the PMU
+/// directories live (for `cpus` files and error messages).
 pub fn perf_spec_for(
     kind: SourceKind,
     scan: &PmuScan,
