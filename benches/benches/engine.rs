@@ -9,7 +9,8 @@ use criterion::{BatchSize, Criterion, Throughput, criterion_group};
 use memtide_core::{
     engine::{AccessKind, Engine, EngineConfig, Sample, domain::MEMOS_READ_WRITE_RATIO},
     policy::{CapacityView, PlacementView, TierCost},
-    testgen::{Pattern, SplitMix64, TraceGen},
+    rng::SplitMix64,
+    testgen::{Pattern, TraceGen},
     tiering::{Tiering, TieringConfig},
     units::{PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier, superpage_of},
 };

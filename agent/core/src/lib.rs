@@ -12,17 +12,21 @@
 //!   of the sample path.
 //!
 //! [`sampling`] splits a sampling budget between loads and stores by what reaches memory.
-//! [`validate`] holds the range checks of every tunable; [`testgen`] the seeded generators and
-//! the small tier model that tests, benches and the simulator use.
+//! [`validate`] holds the range checks of every tunable; [`rng`] the seeded generator the
+//! daemon and the simulator draw from; `testgen` (feature `testgen`, for tests and benches) the
+//! trace generators and the small tier model they use.
 //!
 //! The daemon and the simulator feed it samples and a clock and apply its plans; nothing here
-//! makes a system call, reads a file or the wall clock, or draws a random number.
+//! makes a system call, reads a file or the wall clock, or draws a random number but from a
+//! seed its caller gave ([`rng`]).
 #![forbid(unsafe_code)]
 
 pub mod engine;
 pub mod ingest;
 pub mod policy;
+pub mod rng;
 pub mod sampling;
+#[cfg(any(test, feature = "testgen"))]
 pub mod testgen;
 pub mod tiering;
 pub mod units;

@@ -1,45 +1,20 @@
 //! Deterministic trace generators and a two-tier placement model for the core's own tests and
 //! benches: any initial tier, pages outside the footprint unmapped, no costs. The simulator
-//! (`memtide-sim`) has the full workload generator (`memtide_sim::workload`, which reuses
-//! [`SplitMix64`]) and a THP-aware tier model with costs (`memtide_sim::model`). Randomness comes only
-//! from [`SplitMix64`] with an explicit seed.
+//! (`memtide-sim`) has the full workload generator (`memtide_sim::workload`) and a THP-aware
+//! tier model with costs (`memtide_sim::model`). Randomness comes only from [`SplitMix64`] with
+//! an explicit seed.
+//!
+//! Behind the `testgen` feature: only the core's own tests, the benches and the crates' tests
+//! that need it enable it, so no production build carries it.
 
 use std::collections::BTreeMap;
 
 use crate::{
     engine::{AccessKind, Sample},
     policy::{CapacityView, PlacementView, Plan},
+    rng::SplitMix64,
     units::{Direction, PAGE_SIZE, Residency, SUBPAGES, SUPERPAGE_SIZE, Tier},
 };
-
-/// Vigna's splitmix64: tiny, seedable, good enough for traces.
-#[derive(Clone, Debug)]
-pub struct SplitMix64(u64);
-
-impl SplitMix64 {
-    #[must_use]
-    pub const fn new(seed: u64) -> Self {
-        Self(seed)
-    }
-
-    pub fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    /// Uniform in `0..n` (n > 0).
-    pub fn below(&mut self, n: u64) -> u64 {
-        ((u128::from(self.next_u64()) * u128::from(n)) >> 64) as u64
-    }
-
-    /// Uniform in `[0, 1)`.
-    pub fn unit(&mut self) -> f64 {
-        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
-    }
-}
 
 /// Access pattern of a [`TraceGen`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -325,21 +300,6 @@ impl TierModel {
 mod tests {
     use super::*;
     use crate::units::superpage_of;
-
-    #[test]
-    fn rng_is_seeded_and_uniform_enough() {
-        let mut a = SplitMix64::new(7);
-        let mut b = SplitMix64::new(7);
-        assert_eq!(a.next_u64(), b.next_u64());
-        let mut buckets = [0u32; 10];
-        for _ in 0..10_000 {
-            buckets[a.below(10) as usize] += 1;
-        }
-        assert!(
-            buckets.iter().all(|n| (800..1200).contains(n)),
-            "{buckets:?}"
-        );
-    }
 
     #[test]
     fn generators_match_their_shape() {

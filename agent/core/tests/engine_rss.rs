@@ -7,7 +7,7 @@ use std::time::Duration;
 use memtide_common::AccessKind;
 use memtide_core::{
     engine::{Engine, EngineConfig, Sample, domain::MEMOS_READ_WRITE_RATIO},
-    testgen::SplitMix64,
+    rng::SplitMix64,
 };
 
 const TIB: u64 = 1 << 40;

@@ -48,8 +48,8 @@ use super::trace::{TraceMeta, TraceRecord};
 use memtide_common::{AccessKind, AccessSample, SampleSource};
 use memtide_core::{
     ingest::{BatchSink, SampleBatch, Undelivered},
+    rng::SplitMix64,
     sampling::MemoryShares,
-    testgen::SplitMix64,
 };
 
 /// Process id every simulated sample carries (one target per replay).

@@ -9,7 +9,7 @@ use serde::Serialize;
 
 use super::trace::{RecordSource, TraceError, TraceMeta, TraceRecord};
 use memtide_core::{
-    testgen::SplitMix64,
+    rng::SplitMix64,
     units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE},
 };
 

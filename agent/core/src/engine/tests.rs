@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use super::{domain::MEMOS_READ_WRITE_RATIO, *};
-use crate::testgen::SplitMix64;
+use crate::rng::SplitMix64;
 use crate::units::SUPERPAGE_SIZE;
 
 const MS: Duration = Duration::from_millis(1);

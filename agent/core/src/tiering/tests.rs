@@ -14,7 +14,8 @@ use crate::{
         benefit::{BenefitConfig, CostModel},
         epoch::EpochChange,
     },
-    testgen::{Pattern, SplitMix64, TierModel, TraceGen},
+    rng::SplitMix64,
+    testgen::{Pattern, TierModel, TraceGen},
     units::{Direction, PAGE_SIZE, SUBPAGES, Tier, superpage_base, superpage_of},
 };
 

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use memtide_core::{
     engine::{DamonObservation, Sample},
-    testgen::SplitMix64,
+    rng::SplitMix64,
     units::PAGE_SIZE,
 };
 use memtide_host::targets::placement::TierPlacement;

@@ -38,7 +38,7 @@ use crate::{
 use memtide_common::AccessSample;
 use memtide_core::{
     policy::PlacementView as _,
-    testgen::SplitMix64,
+    rng::SplitMix64,
     units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE, Tier, subpage_index},
 };
 
