@@ -13,7 +13,8 @@ use memtide_host::{
     probe::{
         BpfStatus, Probe,
         damon::{DamonStatus, KdamondState, OpsProbe},
-        pmu::{ConfigWord, EventSpec, MemSampling, PmuScan, classify},
+        pmu::{ConfigWord, EventSpec, PmuScan},
+        sources::{MemSampling, classify},
     },
     sysfs::HostRoot,
     topology::{MemoryTier, MmSettings, Node, ThpMode, Topology},

@@ -12,6 +12,7 @@ pub use self::sources::{SourceCheck, SourceInputs, rank, select};
 use self::{
     damon::{DamonStatus, OpsProbe},
     pmu::PmuScan,
+    sources::MemSampling,
 };
 use crate::{
     sysfs::{self, HostRoot},
@@ -277,7 +278,7 @@ impl Readings {
 
 /// Each PMU with the memory-sampling facility it provides, if any.
 fn pmu_reports(pmus: &PmuScan) -> Vec<PmuReport> {
-    let sampling = pmu::classify(&pmus.pmus);
+    let sampling = sources::classify(&pmus.pmus);
     pmus.pmus
         .iter()
         .map(|p| PmuReport {
@@ -286,12 +287,10 @@ fn pmu_reports(pmus: &PmuScan) -> Vec<PmuReport> {
             memory_sampling: sampling
                 .iter()
                 .find(|s| match s {
-                    pmu::MemSampling::Pebs { pmu, .. } | pmu::MemSampling::Spe { pmu, .. } => {
-                        *pmu == p.name
-                    }
-                    pmu::MemSampling::Ibs { .. } => p.name == "ibs_op",
+                    MemSampling::Pebs { pmu, .. } | MemSampling::Spe { pmu, .. } => *pmu == p.name,
+                    MemSampling::Ibs { .. } => p.name == "ibs_op",
                 })
-                .map(pmu::MemSampling::describe),
+                .map(MemSampling::describe),
         })
         .collect()
 }

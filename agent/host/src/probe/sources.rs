@@ -4,6 +4,15 @@
 //! (region access counts through the `damon:damon_aggregated` tracepoint) and software page
 //! faults (available everywhere, coarse). Every one of them feeds the agent's eBPF → ring
 //! buffer path, so each needs BPF.
+//!
+//! Memory-sampling capability ([`classify`]):
+//! - Intel PEBS: a `cpu` (or hybrid `cpu_core`) PMU with `events/mem-loads` (load latency; the
+//!   `ldlat` format field is `config1:0-15`). `mem-stores` is optional. On Sapphire/Emerald Rapids
+//!   `events/mem-loads-aux` exists and must lead the group (`{mem-loads-aux,mem-loads}`).
+//! - AMD IBS: an `ibs_op` PMU (dynamic `type`). Zen 4+ adds the `l3missonly` format field.
+//! - ARM SPE: `arm_spe_N` PMUs.
+//!
+//! A new sampler is recognised here: its PMU in [`classify`], its check in [`rank`].
 
 use memtide_config::SourceKind;
 use serde::Serialize;
@@ -11,7 +20,7 @@ use serde::Serialize;
 use super::{
     damon::DamonStatus,
     kernel,
-    pmu::{self, MemSampling, PmuScan},
+    pmu::{Pmu, PmuScan},
 };
 
 /// Whether one source is usable here, and why (not).
@@ -35,7 +44,7 @@ pub struct SourceInputs<'a> {
 /// Checks every source, best first.
 #[must_use]
 pub fn rank(inputs: &SourceInputs<'_>) -> Vec<SourceCheck> {
-    let sampling = pmu::classify(&inputs.pmus.pmus);
+    let sampling = classify(&inputs.pmus.pmus);
     let bpf = inputs.bpf_available;
     let check = |kind: SourceKind, found: Option<String>, missing: &str| {
         let refusal = match kind {
@@ -85,6 +94,114 @@ pub fn rank(inputs: &SourceInputs<'_>) -> Vec<SourceCheck> {
             "no software PMU",
         ),
     ]
+}
+
+/// A memory-sampling facility found among the PMUs.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum MemSampling {
+    /// Intel PEBS load latency (and stores) on a core PMU.
+    Pebs {
+        pmu: String,
+        perf_type: u32,
+        /// `events/mem-loads`, for example `event=0xcd,umask=0x1,ldlat=3`.
+        mem_loads: String,
+        /// `events/mem-stores` exists.
+        mem_stores: bool,
+        /// `events/mem-loads-aux` exists (Sapphire Rapids+): it must lead the sampling group.
+        needs_aux_leader: bool,
+        /// The `ldlat` format field (`config1:0-15`), if present.
+        ldlat: Option<String>,
+    },
+    /// AMD IBS op sampling.
+    Ibs {
+        perf_type: u32,
+        /// Zen 4+: `format/l3missonly` (sample only L3 misses).
+        l3missonly: bool,
+        /// All format fields, `name=spec`.
+        formats: Vec<String>,
+    },
+    /// ARM Statistical Profiling Extension.
+    Spe { pmu: String, perf_type: u32 },
+}
+
+impl MemSampling {
+    /// One line for humans.
+    #[must_use]
+    pub fn describe(&self) -> String {
+        match self {
+            Self::Pebs {
+                pmu,
+                perf_type,
+                mem_loads,
+                mem_stores,
+                needs_aux_leader,
+                ..
+            } => {
+                let mut s =
+                    format!("Intel PEBS on {pmu} (type {perf_type}): mem-loads {mem_loads}");
+                if *mem_stores {
+                    s.push_str(", mem-stores");
+                }
+                if *needs_aux_leader {
+                    s.push_str(", needs mem-loads-aux group leader");
+                }
+                s
+            }
+            Self::Ibs {
+                perf_type,
+                l3missonly,
+                ..
+            } => format!(
+                "AMD IBS op (type {perf_type}){}",
+                if *l3missonly {
+                    ", l3missonly filter"
+                } else {
+                    ""
+                }
+            ),
+            Self::Spe { pmu, perf_type } => format!("ARM SPE {pmu} (type {perf_type})"),
+        }
+    }
+}
+
+/// The memory-sampling facilities among `pmus`, best first (PEBS, IBS, SPE). `cpu_core` is
+/// preferred over `cpu` only when `cpu` lacks `mem-loads` (hybrid parts have no `cpu` PMU).
+#[must_use]
+pub fn classify(pmus: &[Pmu]) -> Vec<MemSampling> {
+    let mut found = Vec::new();
+    let core = ["cpu", "cpu_core"]
+        .iter()
+        .filter_map(|name| pmus.iter().find(|p| p.name == *name))
+        .find(|p| p.has_event("mem-loads"));
+    if let Some(pmu) = core {
+        found.push(MemSampling::Pebs {
+            pmu: pmu.name.clone(),
+            perf_type: pmu.perf_type,
+            mem_loads: pmu.events["mem-loads"].to_string(),
+            mem_stores: pmu.has_event("mem-stores"),
+            needs_aux_leader: pmu.has_event("mem-loads-aux"),
+            ldlat: pmu.formats.get("ldlat").map(ToString::to_string),
+        });
+    }
+    if let Some(pmu) = pmus.iter().find(|p| p.name == "ibs_op") {
+        found.push(MemSampling::Ibs {
+            perf_type: pmu.perf_type,
+            l3missonly: pmu.has_format("l3missonly"),
+            formats: pmu
+                .formats
+                .iter()
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect(),
+        });
+    }
+    for pmu in pmus.iter().filter(|p| p.name.starts_with("arm_spe_")) {
+        found.push(MemSampling::Spe {
+            pmu: pmu.name.clone(),
+            perf_type: pmu.perf_type,
+        });
+    }
+    found
 }
 
 fn damon_check(damon: &DamonStatus, bpf: bool) -> SourceCheck {
