@@ -121,27 +121,27 @@ pub fn start(
     kind: SourceKind,
     context: &StartContext<'_>,
 ) -> Result<Box<dyn HotnessSource>, SourceError> {
-    if kind == SourceKind::Damon {
-        return Ok(Box::new(DamonSource::start(
+    let perf_spec = || perf_spec_for(kind, context.pmus, context.root, context.perf);
+    let source: Box<dyn HotnessSource> = match kind {
+        SourceKind::Damon => Box::new(DamonSource::start(
             context.root,
             context.damon,
             context.pids,
-        )?));
-    }
-    let spec = perf_spec_for(kind, context.pmus, context.root, context.perf)?;
-    if kind == SourceKind::Pebs {
-        return Ok(Box::new(PebsSource::start(
-            &spec,
+        )?),
+        SourceKind::Pebs => Box::new(PebsSource::start(
+            &perf_spec()?,
             context.perf,
             context.pids,
-        )?));
-    }
-    Ok(Box::new(PerfSource::start(
-        kind,
-        &spec,
-        context.perf,
-        context.pids,
-    )?))
+        )?),
+        // SPE has no events of its own yet: perf_spec_for refuses it as not a perf source.
+        SourceKind::Ibs | SourceKind::SwFault | SourceKind::Spe => Box::new(PerfSource::start(
+            kind,
+            &perf_spec()?,
+            context.perf,
+            context.pids,
+        )?),
+    };
+    Ok(source)
 }
 
 /// One source that could not be started, and why.
