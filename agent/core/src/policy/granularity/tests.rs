@@ -223,6 +223,38 @@ fn a_superpage_moves_whole_unless_its_samples_show_it_sparse() {
     };
     assert!(!young_resolving.shows_heat());
     assert!(!cfg.moves_whole(Granularity::KIB_4, &young_resolving));
+    // Unless the pages its samples found mostly adjoin one another: contiguous heat, as a
+    // stencil's rows show and a few scattered hot pages do not.
+    let young_contiguous = ScanRegion {
+        accessed: mask([3, 4, 70, 71, 200]),
+        ..young_resolving
+    };
+    assert!(!young_contiguous.found_pages_scattered());
+    assert!(cfg.moves_whole(Granularity::KIB_4, &young_contiguous));
+    // Half of them with a neighbour is enough; fewer is not.
+    let half = mask([3, 4, 70, 200]);
+    assert!(
+        !ScanRegion {
+            accessed: half,
+            ..young_resolving
+        }
+        .found_pages_scattered()
+    );
+    let fewer = mask([3, 4, 70, 200, 411]);
+    assert!(
+        ScanRegion {
+            accessed: fewer,
+            ..young_resolving
+        }
+        .found_pages_scattered()
+    );
+    assert!(!cfg.moves_whole(
+        Granularity::KIB_4,
+        &ScanRegion {
+            accessed: fewer,
+            ..young_resolving
+        }
+    ));
     // A full window decides, whatever a page holds.
     assert!(cfg.moves_whole(
         Granularity::KIB_4,
