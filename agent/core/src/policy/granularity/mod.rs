@@ -265,14 +265,14 @@ impl ScanRegion {
     /// does, its pages move one by one until a window tells, unless the pages its samples
     /// found mostly adjoin one another ([`Self::found_pages_scattered`]): contiguous heat, as a
     /// stencil's rows show, which a few scattered hot pages do not (at 1 in 64 a window takes
-    /// 16 times as long to fill as at 1 in 4, and the page-by-page moves lag the heat). Nor can its samples tell lasting
-    /// heat from a sweep passing through, so stage 1 must not find it colder than what the fast
-    /// tier holds (`colder_than_fast`). Membership of the hot set itself is not the test: at a
-    /// PMU's period, with one or two samples per superpage in seconds, the cut falls between
-    /// counts of one and two, and where one superpage carries most of the accesses the hot set
-    /// is that one while the fast tier holds ten; requiring it kept memtide from moving most
-    /// sampled superpages at sparse densities. What a whole move would bring in is then Eq. (1)'s
-    /// call on the traffic the samples stand for.
+    /// 16 times as long to fill as at 1 in 4, and the page-by-page moves lag the heat). Nor
+    /// can its samples tell lasting heat from a sweep passing through, so stage 1 must not find
+    /// it colder than what the fast tier holds (`colder_than_fast`). Membership of the hot set
+    /// itself is not the test: at a PMU's period, with one or two samples per superpage in
+    /// seconds, the cut falls between counts of one and two, and where one superpage carries
+    /// most of the accesses the hot set is that one while the fast tier holds ten; requiring it
+    /// kept memtide from moving most sampled superpages at sparse densities. What a whole move
+    /// would bring in is then Eq. (1)'s call on the traffic the samples stand for.
     #[must_use]
     pub fn shows_heat(&self) -> bool {
         match self.coverage {
