@@ -22,6 +22,43 @@ pub fn thread_cpu_of<T>(work: impl FnOnce() -> T) -> (T, Duration) {
     (result, spent)
 }
 
+/// The calling thread's CPU time since it started, for work that spans several calls (an
+/// epoch's placement query and plan). Where the thread's CPU clock cannot be read it reads the
+/// wall time instead: an overestimate, never a free ride.
+#[derive(Debug)]
+pub struct ThreadStopwatch {
+    cpu_at_start: Option<Duration>,
+    wall_at_start: std::time::Instant,
+}
+
+impl ThreadStopwatch {
+    #[must_use]
+    pub fn start() -> Self {
+        Self {
+            cpu_at_start: memtide_host::sys::process::thread_cpu_time().ok(),
+            wall_at_start: std::time::Instant::now(),
+        }
+    }
+
+    /// CPU time the thread spent since [`Self::start`] (wall time if its clock is unreadable).
+    #[must_use]
+    pub fn cpu(&self) -> Duration {
+        match (
+            self.cpu_at_start,
+            memtide_host::sys::process::thread_cpu_time(),
+        ) {
+            (Some(start), Ok(end)) => end.saturating_sub(start),
+            _ => self.wall(),
+        }
+    }
+
+    /// Wall time since [`Self::start`].
+    #[must_use]
+    pub fn wall(&self) -> Duration {
+        self.wall_at_start.elapsed()
+    }
+}
+
 /// CPU time several threads add to (the sampling path: the delivery task and every target's
 /// task taking samples). Cheap to clone; the clones share one total.
 #[derive(Clone, Debug, Default)]
@@ -50,6 +87,20 @@ impl CpuAccount {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stopwatch_counts_the_threads_cpu_not_its_sleep() {
+        let watch = ThreadStopwatch::start();
+        std::thread::sleep(Duration::from_millis(50));
+        // Sleeping takes wall time and next to no CPU time.
+        assert!(watch.wall() >= Duration::from_millis(50));
+        assert!(
+            watch.cpu() < watch.wall(),
+            "{:?} {:?}",
+            watch.cpu(),
+            watch.wall()
+        );
+    }
 
     #[test]
     fn clones_add_to_one_total() {

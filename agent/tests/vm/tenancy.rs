@@ -22,6 +22,8 @@ const PAGES: u64 = 128 * MIB_PAGES;
 const HOT: u64 = 96 * MIB_PAGES;
 const LIMIT: u64 = 32 << 20;
 const GROUP: &str = "memtide-vm-tenancy";
+/// Epochs the test watches A after both tenants are placed.
+const EPOCHS_PLACED: u64 = 5;
 
 /// A cgroup v2 directory created for the test, removed (with its children) when dropped,
 /// after the workloads in it are gone.
@@ -106,6 +108,7 @@ fn a_limited_tenant_stays_within_its_share_and_the_other_gets_the_rest() {
     let (mut a_peak, mut a_fast, mut b_hot_fast, mut epochs) = (0, 0, 0.0, 0);
     // Where A's fast bytes lay when they peaked: a failure names the mappings.
     let mut a_peak_maps = String::new();
+    let mut placed_at = None;
     while epochs < EPOCH_BOUND {
         std::thread::sleep(Duration::from_secs(1));
         let maps;
@@ -126,9 +129,15 @@ fn a_limited_tenant_stays_within_its_share_and_the_other_gets_the_rest() {
             a_peak as f64 / f64::from(1 << 20),
             b_hot_fast * 100.0,
         );
-        // A few epochs past B's promotion, to see A stay within its share.
-        if b_hot_fast >= 0.9 && a_fast >= LIMIT / 2 && epochs >= 10 {
-            break;
+        // A few epochs past B's promotion, to see A stay within its share. Counted from the
+        // epoch that first found both placed, not from the start: how often the agent plans
+        // depends on what its plans cost (a share of a core), which an emulated guest and a
+        // loaded host stretch (CI once saw 36 s between epochs).
+        if b_hot_fast >= 0.9 && a_fast >= LIMIT / 2 {
+            let since = *placed_at.get_or_insert(epochs);
+            if epochs >= since + EPOCHS_PLACED {
+                break;
+            }
         }
         assert!(
             started.elapsed() < Duration::from_secs(EPOCH_BOUND * 3),

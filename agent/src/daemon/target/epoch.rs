@@ -26,7 +26,7 @@ use super::{
     resident::Resident,
     views::{EpochInput, TierView, knows_sampled_pages, tier_view},
 };
-use crate::cpu_time::thread_cpu_of;
+use crate::cpu_time::{ThreadStopwatch, thread_cpu_of};
 
 /// How long after a plan that moved nothing a target whose epochs see no samples plans again:
 /// its plan changes only as its hotness cools and as free memory changes, and a thousand idle
@@ -140,7 +140,7 @@ impl State {
         if self.target.check_alive().is_err() {
             return EpochOutcome::Exited { executed: None };
         }
-        let started = Instant::now();
+        let deciding = ThreadStopwatch::start();
         measured.newly_skipped = measured.migration(|| self.refresh_resident(input));
         let (queried_at, placement) = match measured.migration(|| self.placement(input)) {
             Ok(found) => found,
@@ -159,11 +159,14 @@ impl State {
         };
         // What deciding cost (where the pages are, and the plan), not the moves: those the
         // migration budget bounds. Worked out once here, not at every input the task takes.
-        let took = started.elapsed();
+        // The budget is a share of a core, so it is charged the thread's CPU time: on a busy
+        // machine the wall time also holds the waits for a core, which would space plans out
+        // most where the workloads keep every core busy.
+        let took = deciding.cpu();
         self.planning
             .plan_budget
             .charge(now, took, self.spec.shares.tenants());
-        self.log_plan(&plan, input, took);
+        self.log_plan(&plan, input, took, deciding.wall());
         let observed = self.observing() || self.spec.nodes.is_none();
         let executed = match self.carry_out(&plan, observed, measured) {
             Ok(executed) => executed,
@@ -246,7 +249,7 @@ impl State {
     }
 
     /// What the plan decided and what it was decided on, for `RUST_LOG=memtide=debug`.
-    fn log_plan(&self, plan: &Plan, input: &EpochInput, took: Duration) {
+    fn log_plan(&self, plan: &Plan, input: &EpochInput, cpu: Duration, wall: Duration) {
         if !tracing::enabled!(tracing::Level::DEBUG) {
             return;
         }
@@ -270,7 +273,8 @@ impl State {
             regions = input.regions.len(),
             accessed_regions = input.regions.values().filter(|r| r.nr_accesses > 0).count(),
             samples = input.pages.len(),
-            decided_us = took.as_micros(),
+            decided_us = wall.as_micros(),
+            decided_cpu_us = cpu.as_micros(),
             "planned"
         );
     }

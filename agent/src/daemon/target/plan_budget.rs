@@ -2,12 +2,12 @@
 //! for out of a share of a core, whatever the epoch asks for.
 //!
 //! The budget is a cell-rate rule (GCRA): each plan puts the budget's clock
-//! [`PLAN_CPU_SHARE`] times what it took ahead (times the targets planning), and a plan may
-//! start while that clock is less than [`PLAN_BURST`] ahead of now. Over any stretch of time
-//! T, a target's planning stays under `PLAN_BURST / PLAN_CPU_SHARE + T / PLAN_CPU_SHARE`
-//! (its share of it): 5 % of a core in the long run, and one slow plan (the first query of a
-//! large target, a loaded or emulated machine) does not hold the next one back by twenty
-//! times what it took.
+//! [`PLAN_CPU_SHARE`] times the CPU time it took ahead (times the targets planning; its wall
+//! time on a busy machine also holds waits for a core), and a plan may start while that clock
+//! is less than [`PLAN_BURST`] ahead of now. Over any stretch of time T, a target's planning
+//! stays under `PLAN_BURST / PLAN_CPU_SHARE + T / PLAN_CPU_SHARE` (its share of it): 5 % of a
+//! core in the long run, and one slow plan (the first query of a large target, a loaded or
+//! emulated machine) does not hold the next one back by twenty times what it took.
 
 use std::time::Duration;
 
@@ -30,7 +30,7 @@ pub(super) struct PlanBudget {
 }
 
 impl PlanBudget {
-    /// Charges a plan made at `now` that took `took`, with `targets` planning in all.
+    /// Charges a plan made at `now` that took `took` of CPU time, with `targets` planning in all.
     pub(super) fn charge(&mut self, now: Duration, took: Duration, targets: usize) {
         let from = self.paid_until.map_or(now, |paid| paid.max(now));
         self.paid_until = Some(from.saturating_add(share_of(took, targets)));
