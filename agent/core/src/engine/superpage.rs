@@ -86,6 +86,11 @@ impl SuperpageRecord {
         read_samples(f64::from(self.heat_r) + write_factor * f64::from(self.heat_w))
     }
 
+    /// Samples (or DAMON credits) reached it in the interval still open.
+    pub(crate) fn sampled_in_open_interval(&self) -> bool {
+        self.ivl_r | self.ivl_w != 0
+    }
+
     /// Nothing counted, nothing to cool, no stage-2 slot and nothing the epoch's end resets:
     /// closing an interval or ending an epoch leaves the record as it is.
     pub(crate) fn at_rest(&self) -> bool {

@@ -543,3 +543,25 @@ fn a_ring_record_becomes_a_sample_weighing_its_period() {
     );
     assert_eq!(Sample::from_record(&record(u64::MAX)).weight, u32::MAX);
 }
+
+#[test]
+fn a_superpage_that_comes_back_in_the_open_interval_is_not_a_burst_that_passed() {
+    // Cooling on time alone, so that closes without samples cool a small count to 0.
+    let mut e = new_engine(EngineConfig {
+        cool_after_samples: 0,
+        ..cfg()
+    });
+    e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 4], MS);
+    // A first touch: no heat until the close, and never seen before.
+    assert!(e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
+    e.tick(50 * MS);
+    assert!(!e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
+    // Closes without samples cool it to nothing: a burst that has passed.
+    e.tick(300 * MS);
+    assert!(e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
+    // It comes back: its samples sit in the open interval and stage 1 holds none yet.
+    e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 4], 301 * MS);
+    let back = record(&e, SUPERPAGE_SIZE);
+    assert_eq!(e.view().accesses(&back), 0);
+    assert!(!e.view().burst_over_or_first(&back));
+}

@@ -226,7 +226,9 @@ pub fn below_beyond_noise(count: u32, cutoff: u32) -> bool {
 /// deserves it. Or stage 1 has cooled it to nothing while its pages still hold `min_samples`
 /// samples (`stage2_samples`, stage 2 cooling once an epoch): cooling waits until the hottest
 /// superpage has gathered the evidence a promotion needs, so this one drew no sample in that
-/// time after drawing many before, a burst that has passed (a stream moving on). A superpage
+/// time after drawing many before, a burst that has passed (a stream moving on); or its first
+/// touch, in the interval still open, drew them (see `HotnessView::burst_over_or_first`: the
+/// caller passes no stage-2 samples for a superpage that comes back). A superpage
 /// sampled once or twice in all is not shown cold by its silence: at a PMU's period that is
 /// all a steadily warm superpage draws in seconds.
 #[must_use]

@@ -300,9 +300,9 @@ fn scan_region(
     }
     let rec = hot.superpage(sp);
     let count = rec.map_or(0, |rec| hot.accesses(rec));
-    // Only a superpage stage 1 has cooled to nothing is judged by its stage-2 samples
-    // ([`colder_than_fast`]): the sum is read for those alone.
-    let stage2_samples: u32 = if count == 0 {
+    // Only a superpage stage 1 holds no heat for, whose burst is over or first, is judged by
+    // its stage-2 samples ([`colder_than_fast`]): the sum is read for those alone.
+    let stage2_samples: u32 = if rec.is_some_and(|rec| hot.burst_over_or_first(rec)) {
         set_pages(hot.counted_pages(slot))
             .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
             .fold(0, u32::saturating_add)
