@@ -134,7 +134,7 @@ fn sapphire_rapids_pebs_has_aux_leader() {
     assert_eq!(set.sampling_events().count(), 2);
 
     // Group structure on every CPU: {mem-loads-aux, mem-loads}, then mem-stores on its own.
-    let spec = pebs::spec(sets, vec![0, 1], 1 << 20, true);
+    let spec = pebs::spec(sets, &options(&root, 0..2));
     assert_eq!(spec.source, SampleSource::Pebs);
     let open = |cpu, event, leader| PlannedOpen { cpu, event, leader };
     assert_eq!(
@@ -208,7 +208,7 @@ fn alder_lake_hybrid_one_set_per_core_type() {
     );
 
     // Each PMU's events open only on its own CPUs; the aux group exists only on P-cores.
-    let spec = pebs::spec(sets, (0..24).collect(), 1 << 20, true);
+    let spec = pebs::spec(sets, &options(&root, 0..24));
     let plan = spec.open_plan();
     assert_eq!(plan.len(), 16 * 3 + 8 * 2);
     for step in &plan {

@@ -39,11 +39,7 @@ use memtide_common::{AccessKind, SampleSource};
 
 use super::{
     PerfSpecError,
-    perf::{
-        PerfSourceOptions, PerfSourceSpec,
-        budget::PeriodRule,
-        sampler::{EventSpec, SamplerSpec},
-    },
+    perf::{PerfSourceOptions, PerfSourceSpec, budget::PeriodRule, sampler::EventSpec},
 };
 use memtide_host::probe::pmu::{
     self, ConfigWord, EncodeError, EventSpec as EventString, Pmu, PmuScan,
@@ -171,23 +167,6 @@ pub fn find<'a>(root: &HostRoot, scan: &'a PmuScan) -> Result<&'a Pmu, IbsError>
     }
 }
 
-/// A sampler spec for the IBS op event on `cpus`.
-#[must_use]
-pub fn spec(
-    event: IbsEvent,
-    cpus: Vec<u32>,
-    ring_bytes: u32,
-    filter_by_target: bool,
-) -> SamplerSpec {
-    SamplerSpec {
-        source: SampleSource::Ibs,
-        events: vec![event.event],
-        cpus,
-        ring_bytes,
-        filter_by_target,
-    }
-}
-
 /// IBS: op sampling, L3 misses only where the PMU can filter them (Zen 4).
 pub fn source_spec(
     scan: &PmuScan,
@@ -220,12 +199,7 @@ pub fn source_spec(
         },
     )?;
     Ok(PerfSourceSpec {
-        spec: spec(
-            event,
-            options.cpus.clone(),
-            options.ring_bytes,
-            options.filter_by_target,
-        ),
+        spec: options.sampler_spec(SampleSource::Ibs, vec![event.event]),
         periods: vec![("ibs_op", choice)],
         notes,
         interrupts: true,

@@ -307,21 +307,14 @@ pub fn plan(
     core_pmus(root, scan)?.events(root, options)
 }
 
-/// A sampler spec for `sets` on `cpus` (each set's events open only on its own CPUs among them).
+/// A sampler spec for `sets` on `options`' CPUs (each set's events open only on its own CPUs
+/// among them).
 #[must_use]
-pub fn spec(
-    sets: Vec<PebsSet>,
-    cpus: Vec<u32>,
-    ring_bytes: u32,
-    filter_by_target: bool,
-) -> SamplerSpec {
-    SamplerSpec {
-        source: SampleSource::Pebs,
-        events: sets.into_iter().flat_map(|set| set.events).collect(),
-        cpus,
-        ring_bytes,
-        filter_by_target,
-    }
+pub fn spec(sets: Vec<PebsSet>, options: &PerfSourceOptions) -> SamplerSpec {
+    options.sampler_spec(
+        SampleSource::Pebs,
+        sets.into_iter().flat_map(|set| set.events).collect(),
+    )
 }
 
 /// PEBS: loads above the latency threshold and (where the core PMU has them) stores, on every
@@ -377,12 +370,7 @@ pub fn source_spec(
         periods.push(("mem-stores", stores));
     }
     Ok(PerfSourceSpec {
-        spec: spec(
-            sets,
-            options.cpus.clone(),
-            options.ring_bytes,
-            options.filter_by_target,
-        ),
+        spec: spec(sets, options),
         periods,
         notes,
         interrupts: true,

@@ -14,6 +14,7 @@ pub mod ring;
 pub mod sampler;
 pub mod source;
 
+use memtide_common::SampleSource;
 use memtide_core::sampling::MemoryShares;
 #[cfg(test)]
 use memtide_host::sysfs::HostRoot;
@@ -21,7 +22,7 @@ use serde::Serialize;
 
 use self::{
     budget::{BudgetError, EventLoad, KernelLimits, PeriodChoice, PeriodRule, SamplingBudget},
-    sampler::SamplerSpec,
+    sampler::{EventSpec, SamplerSpec},
 };
 
 /// Default PEBS load-latency threshold in core cycles: `perf mem`'s default
@@ -131,6 +132,19 @@ impl PerfSourceOptions {
             self.cpus.iter().filter(|c| own.contains(c)).count()
         });
         u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// A sampler spec for `source`'s `events` on these CPUs, ring and target filter: what
+    /// a sampler chose is only its events, the rest every perf sampler takes from here.
+    #[must_use]
+    pub fn sampler_spec(&self, source: SampleSource, events: Vec<EventSpec>) -> SamplerSpec {
+        SamplerSpec {
+            source,
+            events,
+            cpus: self.cpus.clone(),
+            ring_bytes: self.ring_bytes,
+            filter_by_target: self.filter_by_target,
+        }
     }
 
     /// The period for an event seen `rate` times a second per CPU, over `streams` streams
