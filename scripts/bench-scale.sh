@@ -121,15 +121,20 @@ start_agent() {
     source=$(curl -s "127.0.0.1:$port/status" | python3 -c 'import json, sys; print(json.load(sys.stdin)["source"])')
 }
 
+# Gives child $1, already asked to stop, 5 s to exit before it is killed; reaps it either way.
+reap() {
+    for _ in $(seq 50); do
+        kill -0 "$1" 2>/dev/null || break
+        sleep 0.1
+    done
+    kill -KILL "$1" 2>/dev/null || true
+    wait "$1" 2>/dev/null || true
+}
+
 stop_agent() {
     [ -n "$agent" ] || return 0
     kill -TERM "$agent" 2>/dev/null || true
-    for _ in $(seq 50); do
-        kill -0 "$agent" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$agent" 2>/dev/null || true
-    wait "$agent" 2>/dev/null || true
+    reap "$agent"
     agent=""
 }
 
@@ -137,12 +142,7 @@ stop_workload() {
     [ -n "$workload_pid" ] || return 0
     # Bash unsets WORKLOAD once the coprocess is gone.
     [ -z "${WORKLOAD[1]:-}" ] || echo quit >&"${WORKLOAD[1]}" 2>/dev/null || true
-    for _ in $(seq 50); do
-        kill -0 "$workload_pid" 2>/dev/null || break
-        sleep 0.1
-    done
-    kill -KILL "$workload_pid" 2>/dev/null || true
-    wait "$workload_pid" 2>/dev/null || true
+    reap "$workload_pid"
     workload_pid=""
 }
 
