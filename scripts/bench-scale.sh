@@ -153,6 +153,19 @@ stop_idle() {
     idle_pids=()
 }
 
+# Runs the command "$@"; sets elapsed_us to the wall time it took and ticks to the agent's CPU
+# time over it.
+measure_agent() {
+    local start_ticks start_us
+    start_ticks=$(cpu_ticks "$agent")
+    now_us
+    start_us=$now
+    "$@"
+    now_us
+    elapsed_us=$((now - start_us))
+    ticks=$(($(cpu_ticks "$agent") - start_ticks))
+}
+
 # `churn 1` ROUNDS_PER_SECOND times a second for $1 seconds, on a fixed schedule (a round that
 # overruns its slot is not made up for); adds the faults to $faults and overruns to $late.
 churn_paced() {
@@ -213,15 +226,9 @@ for layout in $layouts; do
         churn_paced "$warmup"
         samples_metric="memtide_samples_total{source=\"$source\"}"
         start_samples=$(metric "$samples_metric")
-        start_ticks=$(cpu_ticks "$agent")
         faults=0
         late=0
-        now_us
-        start_us=$now
-        churn_paced "$duration"
-        now_us
-        elapsed_us=$((now - start_us))
-        ticks=$(($(cpu_ticks "$agent") - start_ticks))
+        measure_agent churn_paced "$duration"
         samples=$(metric "$samples_metric")
         scale=$(metric "memtide_sample_period_scale{source=\"$source\"}")
         stride=$(sed -n 's/.* stride=\([0-9]*\).*/\1/p' <<<"$ready")
@@ -273,13 +280,7 @@ for count in $counts; do
     for pid in "${idle_pids[@]}"; do pid_args+=(--pid "$pid"); done
     start_agent "$tmp/targets-$count.toml" "$tmp/agent-targets-$count.log" "${pid_args[@]}"
     pause "$warmup"
-    start_ticks=$(cpu_ticks "$agent")
-    now_us
-    start_us=$now
-    pause "$duration"
-    now_us
-    elapsed_us=$((now - start_us))
-    ticks=$(($(cpu_ticks "$agent") - start_ticks))
+    measure_agent pause "$duration"
     managed=$(curl -s "127.0.0.1:$port/status" | python3 -c 'import json, sys; print(len(json.load(sys.stdin)["targets"]))')
     printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$count" "$managed" "$elapsed_us" "$ticks" \
         "$(status_kib "$agent" VmHWM)" "$(status_kib "$agent" VmRSS)" "$(metric memtide_engine_memory_bytes)" >>"$tmp/counts.tsv"
