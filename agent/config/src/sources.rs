@@ -113,15 +113,23 @@ pub struct DamonMonitorConfig {
     pub aggr_us: u64,
     /// How often DAMON re-reads the targets' memory maps (µs). Default 1000000 (1 s).
     pub update_us: u64,
-    /// Minimum number of regions. DAMON never grows a region past the monitored span divided by
-    /// this, and a process's span runs from its first mapping to its last less the two widest
-    /// gaps: it includes the heap's randomised offset (up to 1 GiB on x86-64) and reserved but
-    /// unused address space. Hot pages are told from cold neighbours only as finely as span ÷
-    /// min_regions; raise it (with max_regions) for sparse hot data, at a CPU cost that grows
-    /// with the number of regions. Default 10.
+    /// Minimum number of regions, a floor that region_bytes raises. DAMON never grows a region
+    /// past the monitored span divided by this, and a process's span runs from its first
+    /// mapping to its last less the two widest gaps: it includes the heap's randomised offset
+    /// (up to 1 GiB on x86-64) and reserved but unused address space. Hot pages are told from
+    /// cold neighbours only as finely as span ÷ min_regions, at a CPU cost that grows with the
+    /// number of regions. Default 10.
     pub min_regions: u32,
     /// Maximum number of regions per target; bounds DAMON's overhead. Default 1000.
     pub max_regions: u32,
+    /// The largest region the agent lets DAMON keep: it raises the minimum number of regions
+    /// to the targets' monitored span divided by this, up to half of max_regions (DAMON splits
+    /// its regions only below that count, and grows to it by itself where their accesses
+    /// differ). A region reaching from a hot set into cold memory is reported with one access
+    /// count, and the superpages it covers move with the hot ones; at 10 regions and a
+    /// randomised heap one reached 18 MiB into the cold rest. 0: min_regions alone decides.
+    /// Default 2097152 (2 MiB, the superpage moves are made of).
+    pub region_bytes: u64,
     /// Where the agent records the kdamond it started (its own pid and start time, the
     /// kdamond's thread and targets), so that after a SIGKILL the next agent can tell the
     /// kdamond left behind from anyone else's and remove it instead of finding DAMON busy. Must
@@ -140,6 +148,7 @@ impl Default for DamonMonitorConfig {
             update_us: 1_000_000,
             min_regions: 10,
             max_regions: 1_000,
+            region_bytes: 2 << 20,
             owner_file: PathBuf::from("/run/memtide/kdamond"),
         }
     }
@@ -173,6 +182,15 @@ impl DamonMonitorConfig {
                 format!(
                     "need 3 <= min_regions ({}) <= max_regions ({})",
                     self.min_regions, self.max_regions
+                ),
+            ));
+        }
+        if self.region_bytes != 0 && self.region_bytes < 4096 {
+            problems.push(Problem::new(
+                "sources.damon.region_bytes",
+                format!(
+                    "{} bytes is below a page; give at least 4096 (default 2097152) or 0 to let min_regions alone decide",
+                    self.region_bytes
                 ),
             ));
         }

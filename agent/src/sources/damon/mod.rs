@@ -7,11 +7,13 @@
 //! removed, so nothing memtide created outlives it.
 //!
 //! [`monitor`] drives the kdamond through DAMON's sysfs interface, [`owner`] records it so the
-//! next agent can remove one a killed agent left, and [`stream`] hands the regions the
-//! tracepoint reports to the targets they belong to.
+//! next agent can remove one a killed agent left, [`resolution`] sizes its regions to the
+//! targets, and [`stream`] hands the regions the tracepoint reports to the targets they belong
+//! to.
 
 pub mod monitor;
 pub mod owner;
+pub mod resolution;
 pub mod stream;
 
 use std::{collections::BTreeMap, path::PathBuf};

@@ -15,7 +15,10 @@ use std::path::{Path, PathBuf};
 
 use memtide_common::DamonFieldOffsets;
 
-use super::owner::{self, KdamondState, OwnerRecord};
+use super::{
+    owner::{self, KdamondState, OwnerRecord},
+    resolution,
+};
 use memtide_host::probe::damon::ADMIN_DIR;
 use memtide_host::sysfs::{self, HostRoot, SysfsError};
 
@@ -126,11 +129,12 @@ impl DamonMonitor {
             &intervals.join("update_us"),
             &self.config.update_us.to_string(),
         )?;
+        // max before min: the kernel rejects min > max at every intermediate step, and the
+        // minimum never exceeds the maximum (`resolution::min_regions`).
         let regions = context.join("monitoring_attrs/nr_regions");
-        // max before min: the kernel rejects min > max at every intermediate step.
         sysfs::write_value(&regions.join("max"), &self.config.max_regions.to_string())?;
-        sysfs::write_value(&regions.join("min"), &self.config.min_regions.to_string())?;
         self.write_targets(pids)?;
+        self.write_min_regions(pids)?;
         if !pids.is_empty() {
             sysfs::write_value(&self.kdamond().join("state"), "on")?;
             self.kdamond_pid = self.read_pid()?;
@@ -173,6 +177,21 @@ impl DamonMonitor {
         Ok(())
     }
 
+    /// Asks DAMON for regions no larger than `region_bytes` of the span `pids` cover together
+    /// (see [`resolution`]). Committed with the targets.
+    fn write_min_regions(&self, pids: &[u32]) -> Result<(), SysfsError> {
+        let span = resolution::targets_span(&self.root, pids);
+        let min = resolution::min_regions(&self.config, span);
+        let path = self.context().join("monitoring_attrs/nr_regions/min");
+        sysfs::write_value(&path, &min.to_string())?;
+        tracing::debug!(
+            min_regions = min,
+            span_mib = span >> 20,
+            "DAMON regions for the targets"
+        );
+        Ok(())
+    }
+
     fn read_pid(&self) -> Result<Option<u32>, SysfsError> {
         let pid: i64 = sysfs::read_parse(&self.kdamond().join("pid"))?;
         Ok(u32::try_from(pid).ok().filter(|&pid| pid > 0))
@@ -196,6 +215,7 @@ impl DamonMonitor {
             return Ok(());
         }
         self.write_targets(pids)?;
+        self.write_min_regions(pids)?;
         let state = if running { "commit" } else { "on" };
         sysfs::write_value(&self.kdamond().join("state"), state)?;
         self.kdamond_pid = self.read_pid()?;
@@ -456,6 +476,14 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\"";
             ),
             "1000"
         );
+        // Neither target's maps can be read here: the configured floor.
+        assert_eq!(
+            read(
+                &dir,
+                "kdamonds/0/contexts/0/monitoring_attrs/nr_regions/min"
+            ),
+            "10"
+        );
         assert_eq!(read(&dir, "kdamonds/0/contexts/0/targets/nr_targets"), "2");
         assert_eq!(
             read(&dir, "kdamonds/0/contexts/0/targets/1/pid_target"),
@@ -467,6 +495,27 @@ print fmt: \"target_id=%lu nr_regions=%u %lu-%lu: %u %u\"";
         monitor.stop().unwrap();
         assert_eq!(read(&dir, "kdamonds/0/state"), "off");
         assert_eq!(read(&dir, "kdamonds/nr_kdamonds"), "0");
+    }
+
+    #[test]
+    fn regions_follow_the_targets_span_when_they_change() {
+        let dir = admin_tree(0, "vaddr\n");
+        let root = HostRoot::new(dir.path());
+        // 300 MiB in one mapping, then a second target of 100 MiB.
+        for (pid, maps) in [
+            (41, "7f0000000000-7f0012c00000 rw-p 00000000 00:00 0\n"),
+            (42, "7f1000000000-7f1006400000 rw-p 00000000 00:00 0\n"),
+        ] {
+            fs::create_dir_all(dir.path().join(format!("proc/{pid}"))).unwrap();
+            fs::write(dir.path().join(format!("proc/{pid}/maps")), maps).unwrap();
+        }
+        let min = "kdamonds/0/contexts/0/monitoring_attrs/nr_regions/min";
+        let mut monitor =
+            DamonMonitor::start(&root, &DamonMonitorConfig::default(), &[41]).unwrap();
+        assert_eq!(read(&dir, min), "150");
+        monitor.set_targets(&[41, 42]).unwrap();
+        assert_eq!(read(&dir, min), "200");
+        assert_eq!(read(&dir, "kdamonds/0/state"), "commit");
     }
 
     /// A fatal error returns from `memtide run` through the monitor's drop: that alone must
