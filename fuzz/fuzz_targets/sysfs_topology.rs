@@ -79,8 +79,8 @@ fn check_topology(topology: &Topology, over: &TierOverride, root: &HostRoot) {
     };
     for over in [&TierOverride::default(), over] {
         let classes = tiering::classify(topology, &attrs, over);
-        let fast: BTreeSet<u32> = classes.fast.iter().copied().collect();
-        let slow: BTreeSet<u32> = classes.slow.iter().copied().collect();
+        let fast: BTreeSet<u32> = classes.nodes.fast.iter().copied().collect();
+        let slow: BTreeSet<u32> = classes.nodes.slow.iter().copied().collect();
         assert!(fast.is_disjoint(&slow), "{classes:?}");
         let with_memory: BTreeSet<u32> = topology.nodes_with_memory().map(|n| n.id).collect();
         let all: BTreeSet<u32> = fast.union(&slow).copied().collect();

@@ -22,7 +22,7 @@ use memtide_host::{
     exec::launch::{prefer_tier, weighted_interleave_available},
     sys::mempolicy::{self, MPOL_MF_MOVE, Mode, NodeMask},
     sysfs::HostRoot,
-    topology::tiering::TieredTopology,
+    topology::{node_sets::TierNodeSets, tiering::TieredTopology},
 };
 
 /// Where a range belongs.
@@ -56,8 +56,8 @@ type Policy = (Mode, Vec<u32>);
 /// Fast and slow nodes of the machine.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Tiers {
-    pub fast: Vec<u32>,
-    pub slow: Vec<u32>,
+    /// As the agent places memory (`TieredTopology::placement_tiers`).
+    pub nodes: TierNodeSets,
     /// The kernel has `MPOL_WEIGHTED_INTERLEAVE`.
     pub weighted_interleave: bool,
 }
@@ -75,13 +75,15 @@ impl Tiers {
     #[must_use]
     pub fn detect_at(root: &Path) -> Self {
         let host = HostRoot::new(root);
-        let (fast, slow) = match TieredTopology::read(&host, &TierOverride::default()) {
+        let nodes = match TieredTopology::read(&host, &TierOverride::default()) {
             Ok(tiered) => tiered.placement_tiers(),
-            Err(_) => (vec![0], Vec::new()),
+            Err(_) => TierNodeSets {
+                fast: vec![0],
+                slow: Vec::new(),
+            },
         };
         Self {
-            fast,
-            slow,
+            nodes,
             weighted_interleave: weighted_interleave_available(&host),
         }
     }
@@ -89,11 +91,17 @@ impl Tiers {
     /// The policy for `hint`: mode and nodes, then the fallback for kernels without the mode.
     fn policy(&self, hint: Hint) -> io::Result<(Mode, Vec<u32>, Option<Policy>)> {
         let nodes = match hint {
-            Hint::Fast => &self.fast,
-            Hint::Slow if self.slow.is_empty() => &self.fast,
-            Hint::Slow => &self.slow,
+            Hint::Fast => &self.nodes.fast,
+            Hint::Slow if self.nodes.slow.is_empty() => &self.nodes.fast,
+            Hint::Slow => &self.nodes.slow,
             Hint::Bandwidth => {
-                let all: Vec<u32> = self.fast.iter().chain(&self.slow).copied().collect();
+                let all: Vec<u32> = self
+                    .nodes
+                    .fast
+                    .iter()
+                    .chain(&self.nodes.slow)
+                    .copied()
+                    .collect();
                 if all.is_empty() {
                     return Err(io::Error::from_raw_os_error(libc::ENODEV));
                 }
@@ -174,11 +182,11 @@ mod tests {
             &TierOverride::default(),
         )
         .unwrap();
+        assert_eq!(t.nodes, agent.classes.nodes);
         assert_eq!(
-            (&t.fast, &t.slow),
-            (&agent.classes.fast, &agent.classes.slow)
+            (t.nodes.fast.clone(), t.nodes.slow.clone()),
+            (vec![0], vec![1])
         );
-        assert_eq!((t.fast.clone(), t.slow.clone()), (vec![0], vec![1]));
         let (mode, nodes, fallback) = t.policy(Hint::Slow).unwrap();
         assert_eq!((mode, nodes), (Mode::PreferredMany, vec![1]));
         assert_eq!(fallback, Some((Mode::Preferred, vec![1])));
@@ -197,11 +205,14 @@ mod tests {
     #[test]
     fn single_node_machine_hints_stay_on_it() {
         let t = Tiers::detect_at(&fixture("machines", "vm-single-node"));
-        assert_eq!((t.fast.clone(), t.slow.clone()), (vec![0], vec![]));
+        assert_eq!(
+            (t.nodes.fast.clone(), t.nodes.slow.clone()),
+            (vec![0], vec![])
+        );
         assert_eq!(t.policy(Hint::Slow).unwrap().1, vec![0]);
         // No topology at all: node 0, where memory already is.
         let empty = tempfile::tempdir().unwrap();
-        assert_eq!(Tiers::detect_at(empty.path()).fast, vec![0]);
+        assert_eq!(Tiers::detect_at(empty.path()).nodes.fast, vec![0]);
     }
 
     #[test]

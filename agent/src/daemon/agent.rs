@@ -167,7 +167,7 @@ impl Agent {
             ingest: &self.ingest_counters,
             sampling_cpu: &self.sampling_cpu,
             observe_all: self.observe_all,
-            slow_nodes: &self.machine.tiered.classes.slow,
+            tiers: &self.machine.tiered.classes.nodes,
             root: &self.root,
             status: &self.publishing.status,
         };
@@ -191,8 +191,7 @@ impl Agent {
             tiering: self.config.engine.clone(),
             exec: self.config.migration.clone(),
             observe: Arc::clone(&self.observe_switch),
-            fast_nodes: classes.fast.clone(),
-            slow_nodes: classes.slow.clone(),
+            tiers: classes.nodes.clone(),
             costs: [
                 tier_cost(nodes.map(|n| n.fast)),
                 tier_cost(nodes.map(|n| n.slow)),
@@ -363,8 +362,8 @@ impl Agent {
             None => {}
             Some(Ok(tiered)) => {
                 tracing::warn!(
-                    fast = ?tiered.classes.fast,
-                    slow = ?tiered.classes.slow,
+                    fast = ?tiered.classes.nodes.fast,
+                    slow = ?tiered.classes.nodes.slow,
                     "NUMA nodes changed (memory hotplug); tiers re-read"
                 );
                 self.machine.tiered = tiered;
@@ -372,10 +371,10 @@ impl Agent {
                 if let Ok(mut status) = self.publishing.status.write() {
                     status
                         .fast_nodes
-                        .clone_from(&self.machine.tiered.classes.fast);
+                        .clone_from(&self.machine.tiered.classes.nodes.fast);
                     status
                         .slow_nodes
-                        .clone_from(&self.machine.tiered.classes.slow);
+                        .clone_from(&self.machine.tiered.classes.nodes.slow);
                     status.node_costs = costs;
                 }
                 self.update_observe_reason();

@@ -178,8 +178,8 @@ async fn prepare(
         source: "none".to_owned(),
         observe_reason: observe_reason.clone(),
         not_ready: Some("starting".to_owned()),
-        fast_nodes: tiered.classes.fast.clone(),
-        slow_nodes: tiered.classes.slow.clone(),
+        fast_nodes: tiered.classes.nodes.fast.clone(),
+        slow_nodes: tiered.classes.nodes.slow.clone(),
         node_costs: agent::node_costs(&config, &tiered).into_values().collect(),
         targets: Vec::new(),
     }));

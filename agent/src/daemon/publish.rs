@@ -9,10 +9,10 @@ use std::{
     time::Duration,
 };
 
-use memtide_core::ingest::IngestCounters;
+use memtide_core::{ingest::IngestCounters, units::Tier};
 use memtide_host::{
     sysfs::HostRoot,
-    topology::{Topology, costs::NodeCost},
+    topology::{Topology, costs::NodeCost, node_sets::TierNodeSets},
 };
 
 use super::{http::CpuMeter, status::AgentStatus};
@@ -33,7 +33,7 @@ pub(super) struct Readings<'a> {
     pub(super) sampling_cpu: &'a CpuAccount,
     /// Every process is observed: the BPF filter is off, so nothing is unrouted.
     pub(super) observe_all: bool,
-    pub(super) slow_nodes: &'a [u32],
+    pub(super) tiers: &'a TierNodeSets,
     pub(super) node_costs: BTreeMap<u32, NodeCost>,
     pub(super) root: &'a HostRoot,
     pub(super) status: &'a RwLock<AgentStatus>,
@@ -176,10 +176,11 @@ impl Published {
 
 fn publish_tiers(r: &Readings<'_>, topology: &Topology) {
     for node in &topology.nodes {
-        let tier = if r.slow_nodes.contains(&node.id) {
-            "slow"
-        } else {
-            "fast"
+        // A node without memory is in neither set; it keeps the "fast" label it always had,
+        // so no dashboard's series changes its labels (its capacity is 0 either way).
+        let tier = match r.tiers.tier_of(node.id) {
+            Some(Tier::Slow) => "slow",
+            Some(Tier::Fast) | None => "fast",
         };
         let labels = NodeTier {
             node: node.id.to_string(),

@@ -50,7 +50,7 @@ fn a_slow_node_going_offline_turns_migration_off() {
     let before = reread_after_hotplug(&mut watch, &root, &over)
         .expect("first check reads")
         .unwrap();
-    assert_eq!(before.classes.slow, vec![2]);
+    assert_eq!(before.classes.nodes.slow, vec![2]);
     assert_eq!(observe_reason(&config, &before), None);
     assert!(reread_after_hotplug(&mut watch, &root, &over).is_none());
 
@@ -68,7 +68,7 @@ fn a_slow_node_going_offline_turns_migration_off() {
     let after = reread_after_hotplug(&mut watch, &root, &over)
         .expect("the change is seen")
         .unwrap();
-    assert!(after.classes.slow.is_empty(), "{:?}", after.classes);
+    assert!(after.classes.nodes.slow.is_empty(), "{:?}", after.classes);
     assert!(
         observe_reason(&config, &after).is_some_and(|reason| reason.contains("no slow tier")),
         "{:?}",

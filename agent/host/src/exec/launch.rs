@@ -17,7 +17,7 @@ use serde::Serialize;
 use crate::{
     sys::mempolicy::{self, Mode, NodeMask},
     sysfs::{self, HostRoot, SysfsError},
-    topology::tiering::TieredTopology,
+    topology::{node_sets::TierNodeSets, tiering::TieredTopology},
 };
 
 const WEIGHTS_DIR: &str = "sys/kernel/mm/mempolicy/weighted_interleave";
@@ -131,7 +131,7 @@ pub fn plan(
     if all.is_empty() {
         return Err(LaunchError::NoNodes);
     }
-    let (fast, slow) = t.placement_tiers();
+    let tiers = t.placement_tiers();
     Ok(match placement {
         Placement::Interleave => LaunchPolicy::simple(
             Mode::Interleave,
@@ -140,14 +140,20 @@ pub fn plan(
             format!("interleave over every node with memory {all:?}"),
         ),
         Placement::FastFirst => {
-            let best = t.classes.best_node(&t.topology, true).unwrap_or(fast[0]);
-            let explanation = format!("prefer the fast nodes {fast:?}, spill to the others");
-            let ((mode, nodes), fallback) = prefer_tier(fast, best);
+            let best = t
+                .classes
+                .best_node(&t.topology, true)
+                .unwrap_or(tiers.fast[0]);
+            let explanation = format!(
+                "prefer the fast nodes {:?}, spill to the others",
+                tiers.fast
+            );
+            let ((mode, nodes), fallback) = prefer_tier(tiers.fast, best);
             let mut p = LaunchPolicy::simple(mode, "preferred-many", nodes, explanation);
             p.fallback = Some(fallback);
             p
         }
-        Placement::BwAware => bw_aware(t, all, &fast, &slow, weighted_available),
+        Placement::BwAware => bw_aware(t, all, &tiers, weighted_available),
     })
 }
 
@@ -182,8 +188,7 @@ pub fn prefer_tier(nodes: Vec<u32>, fallback_node: u32) -> ((Mode, Vec<u32>), (M
 fn bw_aware(
     t: &TieredTopology,
     all: Vec<u32>,
-    fast: &[u32],
-    slow: &[u32],
+    tiers: &TierNodeSets,
     weighted_available: bool,
 ) -> LaunchPolicy {
     let bandwidth: Option<Vec<(u32, u64)>> = all
@@ -220,11 +225,11 @@ fn bw_aware(
             let total: u64 = bw.iter().map(|&(_, b)| b).sum();
             let fast_bw: u64 = bw
                 .iter()
-                .filter(|(id, _)| fast.contains(id))
+                .filter(|(id, _)| tiers.fast.contains(id))
                 .map(|&(_, b)| b)
                 .sum();
             let share = fast_bw as f64 / total.max(1) as f64;
-            let nodes = interleave_subset(fast, slow, share);
+            let nodes = interleave_subset(&tiers.fast, &tiers.slow, share);
             if nodes.len() == 1 {
                 LaunchPolicy::simple(
                     Mode::Preferred,

@@ -30,7 +30,7 @@ impl Locality {
     #[must_use]
     pub fn new(tiered: &TieredTopology, default: TierNodes) -> Option<Self> {
         let classes = &tiered.classes;
-        if classes.fast.len() < 2 && classes.slow.len() < 2 {
+        if classes.nodes.fast.len() < 2 && classes.nodes.slow.len() < 2 {
             return None;
         }
         let nodes = &tiered.topology.nodes;
@@ -54,11 +54,11 @@ impl Locality {
             .collect();
         let fast_from = nodes
             .iter()
-            .map(|n| (n.id, nearest_first(n.id, &classes.fast)))
+            .map(|n| (n.id, nearest_first(n.id, &classes.nodes.fast)))
             .collect();
         let slow_from = nodes
             .iter()
-            .map(|n| (n.id, nearest_first(n.id, &classes.slow)))
+            .map(|n| (n.id, nearest_first(n.id, &classes.nodes.slow)))
             .collect();
         Some(Self {
             cpu_node,
@@ -102,6 +102,7 @@ mod tests {
     use super::*;
     use crate::topology::{
         Node, Topology,
+        node_sets::TierNodeSets,
         tiering::{Basis, Classification, NodeAttrs},
     };
 
@@ -138,8 +139,10 @@ mod tests {
                 attrs(3, vec![24, 14, 26, 10]),
             ],
             classes: Classification {
-                fast: vec![0, 1],
-                slow: vec![2, 3],
+                nodes: TierNodeSets {
+                    fast: vec![0, 1],
+                    slow: vec![2, 3],
+                },
                 basis: Basis::CpuLess,
                 warning: None,
             },
@@ -165,8 +168,8 @@ mod tests {
     #[test]
     fn one_node_per_tier_needs_no_locality() {
         let mut tiered = two_sockets();
-        tiered.classes.fast = vec![0];
-        tiered.classes.slow = vec![2];
+        tiered.classes.nodes.fast = vec![0];
+        tiered.classes.nodes.slow = vec![2];
         assert_eq!(Locality::new(&tiered, TierNodes { fast: 0, slow: 2 }), None);
     }
 }

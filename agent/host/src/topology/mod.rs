@@ -18,6 +18,7 @@ use crate::sysfs::{self, HostRoot, SysfsError};
 
 pub mod costs;
 pub mod locality;
+pub mod node_sets;
 pub mod tiering;
 
 const NODE_DIR: &str = "sys/devices/system/node";

@@ -23,7 +23,7 @@ use std::collections::BTreeSet;
 use memtide_config::TierOverride;
 use serde::Serialize;
 
-use super::Topology;
+use super::{Topology, node_sets::TierNodeSets};
 use crate::sysfs::{self, HostRoot, SysfsError};
 
 const NODE_DIR: &str = "sys/devices/system/node";
@@ -99,8 +99,9 @@ pub enum Basis {
 /// Fast and slow nodes.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
 pub struct Classification {
-    pub fast: Vec<u32>,
-    pub slow: Vec<u32>,
+    /// Flattened: `memtide probe` prints `fast` and `slow` beside `basis`, as it always has.
+    #[serde(flatten)]
+    pub nodes: TierNodeSets,
     pub basis: Basis,
     /// Something the operator should know (printed loudly by the daemon and `probe`).
     pub warning: Option<String>,
@@ -110,14 +111,18 @@ impl Classification {
     /// Whether there is a slow tier to tier into.
     #[must_use]
     pub fn can_tier(&self) -> bool {
-        !self.fast.is_empty() && !self.slow.is_empty()
+        !self.nodes.fast.is_empty() && !self.nodes.slow.is_empty()
     }
 
     /// The node of `class` with the most free memory in `topology`, if any (where the executor
     /// sends moves of that tier).
     #[must_use]
     pub fn best_node(&self, topology: &Topology, fast: bool) -> Option<u32> {
-        let nodes = if fast { &self.fast } else { &self.slow };
+        let nodes = if fast {
+            &self.nodes.fast
+        } else {
+            &self.nodes.slow
+        };
         nodes
             .iter()
             .filter_map(|id| topology.node(*id))
@@ -128,12 +133,14 @@ impl Classification {
 
 fn split(nodes: &[u32], fast: &BTreeSet<u32>, basis: Basis) -> Classification {
     Classification {
-        fast: nodes.iter().copied().filter(|n| fast.contains(n)).collect(),
-        slow: nodes
-            .iter()
-            .copied()
-            .filter(|n| !fast.contains(n))
-            .collect(),
+        nodes: TierNodeSets {
+            fast: nodes.iter().copied().filter(|n| fast.contains(n)).collect(),
+            slow: nodes
+                .iter()
+                .copied()
+                .filter(|n| !fast.contains(n))
+                .collect(),
+        },
         basis,
         warning: None,
     }
@@ -260,7 +267,7 @@ fn by_cpuless(topology: &Topology, nodes: &[u32], attrs: &[NodeAttrs]) -> Option
                 .unwrap_or(u32::MAX)
         })
     };
-    c.slow.sort_by_key(|&id| (distance_to_cpu(id), id));
+    c.nodes.slow.sort_by_key(|&id| (distance_to_cpu(id), id));
     Some(c)
 }
 
@@ -272,7 +279,7 @@ fn one_kernel_tier_warning(nodes: &[u32], tier: u32, c: &Classification) -> Stri
          although {:?} look slower ({}): the kernel's demotion and tiering-mode \
          NUMA balancing cannot tell the tiers apart. memtide classifies them itself; \
          provide ACPI HMAT (or set the tier in the config) to fix the kernel's view",
-        c.slow,
+        c.nodes.slow,
         match c.basis {
             Basis::Hmat => "HMAT",
             _ => "no CPUs",
@@ -332,12 +339,14 @@ impl TieredTopology {
     /// or an override that names none of them) every node with memory is fast and none slow,
     /// so that a placement still has nodes to go to.
     #[must_use]
-    pub fn placement_tiers(&self) -> (Vec<u32>, Vec<u32>) {
-        if self.classes.fast.is_empty() {
-            let every_node = self.topology.nodes_with_memory().map(|n| n.id).collect();
-            (every_node, Vec::new())
+    pub fn placement_tiers(&self) -> TierNodeSets {
+        if self.classes.nodes.fast.is_empty() {
+            TierNodeSets {
+                fast: self.topology.nodes_with_memory().map(|n| n.id).collect(),
+                slow: Vec::new(),
+            }
         } else {
-            (self.classes.fast.clone(), self.classes.slow.clone())
+            self.classes.nodes.clone()
         }
     }
 }
@@ -364,7 +373,7 @@ pub(crate) mod tests {
         assert_eq!(t.attrs[1].hmat, None);
         assert_eq!(t.classes.basis, Basis::Uniform);
         assert_eq!(
-            (t.classes.fast.clone(), t.classes.slow.clone()),
+            (t.classes.nodes.fast.clone(), t.classes.nodes.slow.clone()),
             (vec![0, 1], vec![])
         );
         assert!(!t.classes.can_tier());
@@ -376,7 +385,7 @@ pub(crate) mod tests {
         let t = read("cxl-cpuless");
         assert_eq!(t.classes.basis, Basis::KernelTiers);
         assert_eq!(
-            (t.classes.fast.clone(), t.classes.slow.clone()),
+            (t.classes.nodes.fast.clone(), t.classes.nodes.slow.clone()),
             (vec![0, 1], vec![2])
         );
         let hmat = t.attrs[2].hmat.unwrap();
@@ -395,11 +404,20 @@ pub(crate) mod tests {
     }
 
     #[test]
+    fn probe_json_keeps_fast_and_slow_beside_basis() {
+        let t = read("cxl-cpuless");
+        assert_eq!(
+            serde_json::to_string(&t.classes).unwrap(),
+            r#"{"fast":[0,1],"slow":[2],"basis":"kernel_tiers","warning":null}"#
+        );
+    }
+
+    #[test]
     fn all_nodes_in_one_tier_warns_loudly() {
         let t = read("one-tier");
         assert_eq!(t.classes.basis, Basis::CpuLess);
         assert_eq!(
-            (t.classes.fast.clone(), t.classes.slow.clone()),
+            (t.classes.nodes.fast.clone(), t.classes.nodes.slow.clone()),
             (vec![0], vec![1])
         );
         let warning = t.classes.warning.expect("warning");
@@ -414,7 +432,7 @@ pub(crate) mod tests {
         let t = read("vm-hmat");
         assert_eq!(t.classes.basis, Basis::KernelTiers);
         assert_eq!(
-            (t.classes.fast.clone(), t.classes.slow.clone()),
+            (t.classes.nodes.fast.clone(), t.classes.nodes.slow.clone()),
             (vec![0], vec![1])
         );
         assert_eq!(t.topology.node(1).unwrap().tier, Some(54));
@@ -431,7 +449,7 @@ pub(crate) mod tests {
         let attrs = read_node_attrs(&root, &topology).unwrap();
         let c = classify(&topology, &attrs, &TierOverride::default());
         assert_eq!(
-            (c.basis, c.fast.clone(), c.slow.clone()),
+            (c.basis, c.nodes.fast.clone(), c.nodes.slow.clone()),
             (Basis::Hmat, vec![0, 1], vec![2])
         );
         assert!(c.warning.is_some());
@@ -453,7 +471,7 @@ pub(crate) mod tests {
         };
         let t = TieredTopology::read(&root, &over).unwrap();
         assert_eq!(
-            (t.classes.basis, t.classes.fast, t.classes.slow),
+            (t.classes.basis, t.classes.nodes.fast, t.classes.nodes.slow),
             (Basis::Override, vec![0], vec![1])
         );
         let over = TierOverride {
@@ -467,15 +485,27 @@ pub(crate) mod tests {
     #[test]
     fn with_no_fast_node_every_node_is_fast_for_placement() {
         let t = read("cxl-cpuless");
-        assert_eq!(t.placement_tiers(), (vec![0, 1], vec![2]));
+        assert_eq!(
+            t.placement_tiers(),
+            TierNodeSets {
+                fast: vec![0, 1],
+                slow: vec![2]
+            }
+        );
         // Every node named slow: nothing is left fast, so nothing is slow to a placement.
         let over = TierOverride {
             slow_nodes: vec![0, 1, 2],
             ..TierOverride::default()
         };
         let t = TieredTopology::read(&fixture("cxl-cpuless"), &over).unwrap();
-        assert!(t.classes.fast.is_empty());
-        assert_eq!(t.placement_tiers(), (vec![0, 1, 2], vec![]));
+        assert!(t.classes.nodes.fast.is_empty());
+        assert_eq!(
+            t.placement_tiers(),
+            TierNodeSets {
+                fast: vec![0, 1, 2],
+                slow: vec![]
+            }
+        );
     }
 
     #[test]

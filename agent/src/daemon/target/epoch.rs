@@ -185,7 +185,7 @@ impl State {
             let ranges: Vec<(u64, u64)> = placement.queried().collect();
             let thp = self.spec.machine.read(&self.spec.root).thp;
             let placement = measured
-                .migration(|| query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges))
+                .migration(|| query_placement(&self.target, &self.spec.tiers.fast, thp, &ranges))
                 .unwrap_or(placement);
             let after = tier_view(input, &placement, coverage);
             (placement, after, Instant::now())
@@ -324,7 +324,7 @@ impl State {
                 let thp = self.spec.machine.read(&self.spec.root).thp;
                 Ok((
                     Instant::now(),
-                    query_placement(&self.target, &self.spec.fast_nodes, thp, &ranges)?,
+                    query_placement(&self.target, &self.spec.tiers.fast, thp, &ranges)?,
                 ))
             }
         }
@@ -349,7 +349,7 @@ impl State {
         // lock) must not push the next one out.
         let (fresh, read_cost) = thread_cpu_of(|| {
             let maps = self.target.numa_maps().ok()?;
-            let mut fresh = Resident::read(&maps, &self.spec.fast_nodes, &self.spec.slow_nodes);
+            let mut fresh = Resident::read(&maps, &self.spec.tiers.fast, &self.spec.tiers.slow);
             // smaps walks the page tables: read it only when something is locked.
             if self.target.locked_bytes().is_ok_and(|locked| locked > 0)
                 && let Ok(smaps) = self.target.smaps()
@@ -388,8 +388,8 @@ impl State {
         let mut capacity = capacity_from(
             machine.topology.as_ref(),
             &machine.watermarks,
-            &self.spec.fast_nodes,
-            &self.spec.slow_nodes,
+            &self.spec.tiers.fast,
+            &self.spec.tiers.slow,
             self.spec.exec.reserve_bytes,
         );
         [capacity.fast, capacity.slow] = self.spec.costs;

@@ -31,7 +31,8 @@ impl State {
         let machine = self.spec.machine.read(&self.spec.root);
         let slow_room = self
             .spec
-            .slow_nodes
+            .tiers
+            .slow
             .iter()
             .filter_map(|&id| machine.topology.as_ref()?.node(id))
             .map(|node| {

@@ -146,7 +146,10 @@ mod tests {
         );
         let tiered = TieredTopology::read(&root, &TierOverride::default()).unwrap();
         assert_eq!(
-            (tiered.classes.fast.clone(), tiered.classes.slow.clone()),
+            (
+                tiered.classes.nodes.fast.clone(),
+                tiered.classes.nodes.slow.clone()
+            ),
             (vec![0, 1], vec![2])
         );
         Locality::new(&tiered, TierNodes { fast: 0, slow: 2 }).expect("two fast nodes")

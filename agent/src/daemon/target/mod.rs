@@ -38,6 +38,7 @@ use memtide_host::{
     exec::{Executor, TierNodes},
     sysfs::HostRoot,
     targets::{Target, placement::TierPlacement},
+    topology::node_sets::TierNodeSets,
 };
 use tokio::sync::mpsc;
 
@@ -71,8 +72,9 @@ pub struct TargetSpec {
     /// `Some(reason)`: plan but do not move. Shared by every target and the agent, so a
     /// reload or a hotplug that turns observe mode on or off reaches running targets too.
     pub observe: ObserveSwitch,
-    pub fast_nodes: Vec<u32>,
-    pub slow_nodes: Vec<u32>,
+    /// The classifier's fast and slow nodes when the target was found (a hotplug re-reads
+    /// them for targets found later).
+    pub tiers: TierNodeSets,
     /// Where promotions and demotions go.
     pub nodes: Option<TierNodes>,
     /// On a machine with more than one fast or slow node: which of them each move goes to.

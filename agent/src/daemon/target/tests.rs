@@ -10,7 +10,7 @@ use memtide_core::{
 };
 use memtide_host::{
     exec::{DirectionReport, ExecReport},
-    topology::Topology,
+    topology::{Topology, node_sets::TierNodeSets},
 };
 
 use super::{
@@ -426,8 +426,10 @@ async fn a_target_without_samples_sleeps_until_its_plan_needs_renewing() {
         tiering,
         exec: ExecConfig::default(),
         observe: Arc::new(RwLock::new(Some("test".into()))),
-        fast_nodes: vec![0],
-        slow_nodes: Vec::new(),
+        tiers: TierNodeSets {
+            fast: vec![0],
+            slow: Vec::new(),
+        },
         nodes: None,
         locality: None,
         costs: Default::default(),
