@@ -22,7 +22,10 @@ use memtide_host::{
     exec::launch::{prefer_tier, weighted_interleave_available},
     sys::mempolicy::{self, MPOL_MF_MOVE, Mode, NodeMask},
     sysfs::HostRoot,
-    topology::{node_sets::TierNodeSets, tiering::TieredTopology},
+    topology::{
+        node_sets::{PlacementTier, TierNodeSets},
+        tiering::TieredTopology,
+    },
 };
 
 /// Where a range belongs.
@@ -91,17 +94,10 @@ impl Tiers {
     /// The policy for `hint`: mode and nodes, then the fallback for kernels without the mode.
     fn policy(&self, hint: Hint) -> io::Result<(Mode, Vec<u32>, Option<Policy>)> {
         let nodes = match hint {
-            Hint::Fast => &self.nodes.fast,
-            Hint::Slow if self.nodes.slow.is_empty() => &self.nodes.fast,
-            Hint::Slow => &self.nodes.slow,
+            Hint::Fast => self.nodes.nodes_for(PlacementTier::Fast),
+            Hint::Slow => self.nodes.nodes_for(PlacementTier::Slow),
             Hint::Bandwidth => {
-                let all: Vec<u32> = self
-                    .nodes
-                    .fast
-                    .iter()
-                    .chain(&self.nodes.slow)
-                    .copied()
-                    .collect();
+                let all = self.nodes.nodes_for(PlacementTier::Every);
                 if all.is_empty() {
                     return Err(io::Error::from_raw_os_error(libc::ENODEV));
                 }
@@ -116,7 +112,7 @@ impl Tiers {
         let first = *nodes
             .first()
             .ok_or_else(|| io::Error::from_raw_os_error(libc::ENODEV))?;
-        let ((mode, nodes), fallback) = prefer_tier(nodes.clone(), first);
+        let ((mode, nodes), fallback) = prefer_tier(nodes, first);
         Ok((mode, nodes, Some(fallback)))
     }
 

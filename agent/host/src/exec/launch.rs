@@ -17,7 +17,10 @@ use serde::Serialize;
 use crate::{
     sys::mempolicy::{self, Mode, NodeMask},
     sysfs::{self, HostRoot, SysfsError},
-    topology::{node_sets::TierNodeSets, tiering::TieredTopology},
+    topology::{
+        node_sets::{PlacementTier, TierNodeSets},
+        tiering::TieredTopology,
+    },
 };
 
 const WEIGHTS_DIR: &str = "sys/kernel/mm/mempolicy/weighted_interleave";
@@ -127,11 +130,11 @@ pub fn plan(
     t: &TieredTopology,
     weighted_available: bool,
 ) -> Result<LaunchPolicy, LaunchError> {
-    let all: Vec<u32> = t.topology.nodes_with_memory().map(|n| n.id).collect();
+    let tiers = t.placement_tiers();
+    let all = tiers.nodes_for(PlacementTier::Every);
     if all.is_empty() {
         return Err(LaunchError::NoNodes);
     }
-    let tiers = t.placement_tiers();
     Ok(match placement {
         Placement::Interleave => LaunchPolicy::simple(
             Mode::Interleave,
@@ -140,15 +143,12 @@ pub fn plan(
             format!("interleave over every node with memory {all:?}"),
         ),
         Placement::FastFirst => {
-            let best = t
-                .classes
-                .best_node(&t.topology, true)
-                .unwrap_or(tiers.fast[0]);
-            let explanation = format!(
-                "prefer the fast nodes {:?}, spill to the others",
-                tiers.fast
-            );
-            let ((mode, nodes), fallback) = prefer_tier(tiers.fast, best);
+            let fast = tiers.nodes_for(PlacementTier::Fast);
+            // Unlike a hint, a launch falls back to the fast node with the most free memory:
+            // the program's whole footprint lands there on an old kernel.
+            let best = t.classes.best_node(&t.topology, true).unwrap_or(fast[0]);
+            let explanation = format!("prefer the fast nodes {fast:?}, spill to the others");
+            let ((mode, nodes), fallback) = prefer_tier(fast, best);
             let mut p = LaunchPolicy::simple(mode, "preferred-many", nodes, explanation);
             p.fallback = Some(fallback);
             p
