@@ -13,13 +13,19 @@ use std::{
 /// Runs `work` and returns, with its result, the CPU time the calling thread spent in it
 /// (zero where the thread's CPU clock cannot be read).
 pub fn thread_cpu_of<T>(work: impl FnOnce() -> T) -> (T, Duration) {
-    let start = memtide_host::sys::process::thread_cpu_time().ok();
+    let start = thread_cpu_now();
     let result = work();
-    let spent = match (start, memtide_host::sys::process::thread_cpu_time()) {
-        (Some(start), Ok(end)) => end.saturating_sub(start),
-        _ => Duration::ZERO,
-    };
-    (result, spent)
+    (result, thread_cpu_since(start).unwrap_or(Duration::ZERO))
+}
+
+/// The calling thread's CPU clock, if it can be read.
+fn thread_cpu_now() -> Option<Duration> {
+    memtide_host::sys::process::thread_cpu_time().ok()
+}
+
+/// CPU time the calling thread spent since its clock read `start`.
+fn thread_cpu_since(start: Option<Duration>) -> Option<Duration> {
+    Some(thread_cpu_now()?.saturating_sub(start?))
 }
 
 /// The calling thread's CPU time since it started, for work that spans several calls (an
@@ -35,7 +41,7 @@ impl ThreadStopwatch {
     #[must_use]
     pub fn start() -> Self {
         Self {
-            cpu_at_start: memtide_host::sys::process::thread_cpu_time().ok(),
+            cpu_at_start: thread_cpu_now(),
             wall_at_start: std::time::Instant::now(),
         }
     }
@@ -43,13 +49,7 @@ impl ThreadStopwatch {
     /// CPU time the thread spent since [`Self::start`] (wall time if its clock is unreadable).
     #[must_use]
     pub fn cpu(&self) -> Duration {
-        match (
-            self.cpu_at_start,
-            memtide_host::sys::process::thread_cpu_time(),
-        ) {
-            (Some(start), Ok(end)) => end.saturating_sub(start),
-            _ => self.wall(),
-        }
+        thread_cpu_since(self.cpu_at_start).unwrap_or_else(|| self.wall())
     }
 
     /// Wall time since [`Self::start`].

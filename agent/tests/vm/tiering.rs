@@ -4,8 +4,12 @@
 //! the agent's /status, and timing lines.
 use std::{collections::BTreeMap, path::PathBuf, time::Instant};
 
-use memtide::daemon::status::{AgentStatus, TargetStatus};
+use memtide::{
+    daemon::status::{AgentStatus, TargetStatus},
+    sources::damon::resolution,
+};
 use memtide_core::units::PAGE_SIZE;
+use memtide_host::sysfs::HostRoot;
 
 use crate::support::{Agent, Workload, http_get};
 
@@ -103,8 +107,7 @@ pub(crate) fn share(counts: &BTreeMap<u32, u64>, node: u32, pages: u64) -> f64 {
 /// Pages per node of the mapping holding `addr` in /proc/PID/numa_maps.
 pub(crate) fn numa_maps_nodes(pid: u32, addr: u64) -> BTreeMap<u32, u64> {
     let target =
-        memtide_host::targets::Target::open(&memtide_host::sysfs::HostRoot::default(), pid)
-            .expect("open the workload");
+        memtide_host::targets::Target::open(&HostRoot::default(), pid).expect("open the workload");
     let maps = target.numa_maps().expect("numa_maps");
     maps.into_iter()
         .filter(|m| m.start <= addr)
@@ -128,7 +131,7 @@ pub(crate) fn node_meminfo(node: u32, field: &str) -> u64 {
 
 /// The sum of a node's zones' high watermarks, bytes (/proc/zoneinfo).
 pub(crate) fn high_watermark(node: u32) -> u64 {
-    memtide_host::exec::watermark::read_watermarks(&memtide_host::sysfs::HostRoot::default())
+    memtide_host::exec::watermark::read_watermarks(&HostRoot::default())
         .expect("zoneinfo")
         .get(&node)
         .map_or(0, |w| w.high)
@@ -225,26 +228,14 @@ pub(crate) fn mib(pages: u64) -> f64 {
     mib
 }
 
-/// The bytes DAMON's vaddr monitoring spans for `pid`: from its first mapping to its last,
-/// less the two widest unmapped gaps (DAMON's "three regions"). DAMON's regions never grow past
-/// this span divided by `min_regions`, so the span sets how finely DAMON can resolve hot pages.
+/// The bytes DAMON's vaddr monitoring spans for `pid`, as the agent works it out
+/// (`resolution::monitored_span`: its first mapping to its last, less the two widest gaps).
+/// DAMON's regions never grow past this span divided by `min_regions`, so the span sets how
+/// finely DAMON can resolve hot pages.
 pub(crate) fn damon_span(pid: u32) -> u64 {
-    let maps = std::fs::read_to_string(format!("/proc/{pid}/maps")).expect("maps");
-    let ranges: Vec<(u64, u64)> = maps
-        .lines()
-        .filter(|l| !l.ends_with("[vsyscall]"))
-        .filter_map(|l| {
-            let (start, end) = l.split_whitespace().next()?.split_once('-')?;
-            Some((
-                u64::from_str_radix(start, 16).ok()?,
-                u64::from_str_radix(end, 16).ok()?,
-            ))
-        })
-        .collect();
-    let mut gaps: Vec<u64> = ranges.windows(2).map(|w| w[1].0 - w[0].1).collect();
-    gaps.sort_unstable_by(|a, b| b.cmp(a));
-    let whole = ranges.last().map_or(0, |l| l.1) - ranges.first().map_or(0, |f| f.0);
-    whole - gaps.iter().take(2).sum::<u64>()
+    let span = resolution::targets_span(&HostRoot::default(), &[pid]);
+    assert!(span > 0, "/proc/{pid}/maps could not be read");
+    span
 }
 
 /// DAMON settings (`[sources.damon]` TOML) under which no region of `pid`'s monitored span
