@@ -15,11 +15,12 @@ pub struct KubeConfig {
     pub node_name: String,
     /// API server URL; empty means in-cluster (`KUBERNETES_SERVICE_HOST` and `_PORT`).
     pub api_server: String,
-    /// Bearer token, read again for every request.
+    /// Bearer token (the service account's), read again every minute: projected tokens rotate.
     pub token_file: PathBuf,
-    /// CA bundle (PEM) the API server's certificate must chain to.
+    /// CA bundle (PEM) the API server's certificate must chain to, read again every minute.
     pub ca_file: PathBuf,
-    /// Seconds between two pod lists.
+    /// Not used: the pods are listed once, then watched. Kept so that configurations written
+    /// for the polling agent still load.
     pub poll_seconds: u64,
 }
 

@@ -31,12 +31,6 @@ impl Config {
         for (index, limit) in self.targets.limits.iter().enumerate() {
             problems.extend(limit.problems(index));
         }
-        if self.kubernetes.poll_seconds == 0 {
-            problems.push(Problem::new(
-                "kubernetes.poll_seconds",
-                "must be at least 1".to_owned(),
-            ));
-        }
         problems.extend(self.targets.cgroup_problems());
         problems.extend(self.topology.problems(machine_nodes));
         problems
@@ -198,7 +192,6 @@ mod tests {
             "[[topology.costs]]\nnode = 0\n",
             "[migration]\nbatch_pages = 0\n",
             "[engine]\ninterval_ms = 0\n",
-            "[kubernetes]\npoll_seconds = 0\n",
         ))
         .unwrap();
         let problems = config.problems(Some(ONE_NODE));
@@ -216,7 +209,6 @@ mod tests {
                 "migration.batch_pages",
                 "targets.max_targets",
                 "targets.limits[0]",
-                "kubernetes.poll_seconds",
                 "targets.cgroups",
                 "topology.fast_nodes",
                 "topology.costs",

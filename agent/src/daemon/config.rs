@@ -107,7 +107,7 @@ pub(super) fn reload(
 }
 
 /// What `new` changes that a reload cannot apply: the HTTP server, the log format, the check
-/// for other page movers, the pod list, the sample sources and the interval they drain at are
+/// for other page movers, the pod watch, the sample sources and the interval they drain at are
 /// set up once, at start. Targets found after the reload count at the new `[engine]
 /// interval_ms`; the sources keep draining at the old one. `running` listens where its server
 /// is bound (port 0 in the file binds any); `listen_from_command_line`: `--listen` overrides
@@ -138,7 +138,7 @@ pub(super) fn applied_at_next_start(
     if new.targets.pod_selector != running.targets.pod_selector
         || new.kubernetes != running.kubernetes
     {
-        later.push("[targets] pod_selector and [kubernetes] (the pod list)");
+        later.push("[targets] pod_selector and [kubernetes] (the pod watch)");
     }
     if sources(new) != sources(running) {
         later.push("[sources] (the sample sources)");

@@ -41,7 +41,7 @@ use super::{
 };
 use crate::{
     cpu_time::CpuAccount,
-    kube::PodLister,
+    kube::PodWatcher,
     metrics::Metrics,
     sources::{Delivery, SampleRoute, SourceRequest, TargetChannel, TargetInput},
 };
@@ -146,7 +146,7 @@ pub(super) async fn start(
     })
 }
 
-/// Configuration, tiers, conflicts, the pod list and the HTTP endpoints: the agent before it
+/// Configuration, tiers, conflicts, the pod watch and the HTTP endpoints: the agent before it
 /// has targets or a source.
 async fn prepare(
     options: RunOptions,
@@ -173,19 +173,15 @@ async fn prepare(
     metrics
         .sampling_cpu_budget_ratio
         .set(config.sources.cpu_budget_percent / 100.0);
-    let status = Arc::new(RwLock::new(AgentStatus {
-        version: env!("CARGO_PKG_VERSION").to_owned(),
-        source: "none".to_owned(),
-        observe_reason: observe_reason.clone(),
-        not_ready: Some("starting".to_owned()),
-        fast_nodes: tiered.classes.nodes.fast.clone(),
-        slow_nodes: tiered.classes.nodes.slow.clone(),
-        node_costs: agent::node_costs(&config, &tiered).into_values().collect(),
-        targets: Vec::new(),
-    }));
+    let status = Arc::new(RwLock::new(starting_status(
+        &config,
+        &tiered,
+        observe_reason.clone(),
+    )));
     let ready = Arc::new(http::Readiness::starting());
     let shared = http::Shared::new(Arc::new(registry), Arc::clone(&status), Arc::clone(&ready));
     let (http, http_stop) = serve_http(&mut config, shared).await?;
+    let pods = pods.map(|watcher| PodWatch::spawn(watcher, metrics.clone()));
     let selection = selection(&config.targets);
     let observe_all = selection.include.is_empty() && pods.is_none();
     let mut hotplug = HotplugWatch::new();
@@ -229,18 +225,36 @@ async fn prepare(
     Ok((agent, http, http_stop, ready))
 }
 
+/// What `/status` says before the first target or source.
+fn starting_status(
+    config: &Config,
+    tiered: &TieredTopology,
+    observe_reason: Option<String>,
+) -> AgentStatus {
+    AgentStatus {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        source: "none".to_owned(),
+        observe_reason,
+        not_ready: Some("starting".to_owned()),
+        fast_nodes: tiered.classes.nodes.fast.clone(),
+        slow_nodes: tiered.classes.nodes.slow.clone(),
+        node_costs: agent::node_costs(config, tiered).into_values().collect(),
+        targets: Vec::new(),
+    }
+}
+
 /// The configuration checked against this machine, and what follows from it before anything
 /// is served.
 struct Configured {
     config: Config,
     config_path: Option<PathBuf>,
     tiered: TieredTopology,
-    pods: Option<PodWatch>,
+    pods: Option<PodWatcher>,
     observe_reason: Option<String>,
 }
 
 /// Loads and validates the configuration, classifies the tiers, checks for other page movers
-/// and starts the pod list, logging what the operator should know.
+/// and sets up the pod watch, logging what the operator should know.
 fn configure(options: &RunOptions, root: &HostRoot) -> Result<Configured, DaemonError> {
     let (config, config_path) = load_config(options)?;
     check_command_line_targets(root, options)?;
@@ -261,7 +275,7 @@ fn configure(options: &RunOptions, root: &HostRoot) -> Result<Configured, Daemon
     }
     // Warns about (or, with on_conflict = "refuse", refuses) other page movers.
     coexist::check(root, config.agent.on_conflict)?;
-    let pods = pod_watch(&config)?;
+    let pods = pod_watcher(&config)?;
     if pods.is_none()
         && let Some(limit) = config.targets.limits.iter().find(|l| l.pod_label.is_some())
     {
@@ -309,25 +323,24 @@ async fn serve_http(
     Ok((http, http_stop))
 }
 
-/// The pod list of `[targets] pod_selector`, when one is set.
-fn pod_watch(config: &Config) -> Result<Option<PodWatch>, DaemonError> {
+/// The pod watch of `[targets] pod_selector`, when one is set (started once metrics exist).
+fn pod_watcher(config: &Config) -> Result<Option<PodWatcher>, DaemonError> {
     if config.targets.pod_selector.is_empty() {
         return Ok(None);
     }
-    let lister = PodLister::new(
+    let watcher = PodWatcher::new(
         &config.kubernetes,
         &config.kubernetes.node_name,
         &config.targets.pod_selector,
         |name| std::env::var(name).ok(),
     )?;
     tracing::info!(
-        url = lister.url(),
-        "managing the pods of this node that match [targets] pod_selector"
+        server = watcher.server(),
+        node = %config.kubernetes.node_name,
+        selector = %config.targets.pod_selector,
+        "managing the pods of this node that match [targets] pod_selector (list, then watch)"
     );
-    Ok(Some(PodWatch::spawn(
-        lister,
-        Duration::from_secs(config.kubernetes.poll_seconds),
-    )))
+    Ok(Some(watcher))
 }
 
 /// Starts the best source for the current targets and its delivery, with a route for every

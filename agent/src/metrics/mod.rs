@@ -76,6 +76,7 @@ pub struct Metrics {
     pub targets_refused: Family<Reason, Counter>,
     pub opted_in_pods: Gauge,
     pub pod_list_errors: Counter,
+    pub kube_api_denied: Family<Reason, Counter>,
     build_info: Family<VersionLabel, Gauge>,
 }
 
@@ -114,6 +115,13 @@ impl Metrics {
                 reason: "max_targets".to_owned(),
             })
             .inc_by(0);
+        for reason in ["unauthorized", "forbidden"] {
+            m.kube_api_denied
+                .get_or_create(&Reason {
+                    reason: reason.to_owned(),
+                })
+                .inc_by(0);
+        }
         for reason in ["mempolicy", "mlocked"] {
             m.pages_skipped
                 .get_or_create(&Reason {
@@ -322,8 +330,13 @@ impl Metrics {
         );
         registry.register(
             "pod_list_errors",
-            "Failed lists of the opted-in pods (the last good list stays in use)",
+            "Failed lists or watches of the opted-in pods (the last good list stays in use; retried with back-off up to 30 s)",
             self.pod_list_errors.clone(),
+        );
+        registry.register(
+            "kube_api_denied",
+            "Lists or watches of the opted-in pods the Kubernetes API server refused, by reason: unauthorized (401, the token was rejected), forbidden (403, RBAC denies watching pods)",
+            self.kube_api_denied.clone(),
         );
     }
 }
