@@ -35,12 +35,14 @@ run: build
 
 ## The whole test suite: host tests (unit, fixture, privileged BPF, the daemon), the deployment
 ## files against real tools (systemd-analyze, kubernetes-validate, promtool, a real Prometheus
-## scraping a real agent), docs/evaluation.md against the simulator, then the VM suite.
+## scraping a real agent), the agent's pod watch against a real kube-apiserver, docs/evaluation.md
+## against the simulator, then the VM suite.
 test: bootstrap
 	$(MAKE) host-test
 	$(MAKE) fuzz-ci
 	$(MAKE) deploy-check
 	$(MAKE) deploy-e2e
+	$(MAKE) k8s-e2e
 	$(MAKE) evaluation-check
 	$(MAKE) vm-test
 
@@ -89,7 +91,7 @@ DESTDIR ?=
 INSTALL_BIN ?= $(RELEASE_BIN)
 STRIP ?= strip
 
-.PHONY: install install-files uninstall deploy-check deploy-e2e
+.PHONY: install install-files uninstall deploy-check deploy-e2e k8s-e2e
 
 install: build
 	$(MAKE) install-files
@@ -134,6 +136,14 @@ deploy-e2e: build
 	$(CARGO) build --release --bin memtide-workload
 	MEMTIDE_BIN=$(RELEASE_BIN) MEMTIDE_WORKLOAD_BIN=target/release/memtide-workload \
 		bash deploy/tests/prometheus-e2e.sh
+
+## The DaemonSet's Kubernetes side against a real etcd and kube-apiserver (built with Go on first
+## use, about 5 minutes, then cached in target/k8s): manifests, RBAC, the agent's pod watch.
+k8s-e2e: build
+	bash scripts/bootstrap.sh deploy
+	$(CARGO) build --release --bin memtide-workload
+	MEMTIDE_BIN=$(RELEASE_BIN) MEMTIDE_WORKLOAD_BIN=target/release/memtide-workload \
+		bash deploy/tests/k8s/e2e.sh
 
 # --- Fuzzing (cargo fuzz on nightly; fuzz/, docs/reliability.md) -------------------------------
 # `make fuzz` runs every target for FUZZ_SECONDS from its committed corpus; `make test` runs the

@@ -89,7 +89,13 @@ if [ "$what" = deploy ]; then
         "cloudcoil-models-prometheus-operator==0.80.1.0"
     )
     install_note="(the package's own service is not started: policy-rc.d or no systemd)" \
-        install_debs prometheus util-linux strace
+        install_debs prometheus util-linux strace openssl curl
+    # The Kubernetes e2e test builds etcd and kube-apiserver with Go (deploy/tests/k8s).
+    if command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ]; then
+        say "ok: go ($(PATH=$PATH:/usr/local/go/bin go version | cut -d' ' -f3))"
+    else
+        say "go not found: make k8s-e2e needs Go 1.24 or newer to build its control plane" >&2
+    fi
     pip_missing=()
     for spec in "${DEPLOY_PIP_PACKAGES[@]}"; do
         name=${spec%%==*}

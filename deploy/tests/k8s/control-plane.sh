@@ -5,7 +5,12 @@
 #
 #   bash deploy/tests/k8s/control-plane.sh build   # target/k8s/bin/{etcd,kube-apiserver}
 #   bash deploy/tests/k8s/control-plane.sh start   # writes target/k8s/run/kubeconfig
+#   bash deploy/tests/k8s/control-plane.sh restart-apiserver   # etcd keeps running
 #   bash deploy/tests/k8s/control-plane.sh stop
+#
+# The run directory holds what a client needs: pki/serving/apiserver.crt (the CA to trust),
+# pki/admin-token (a system:masters token) and audit.log (one line per request received from
+# a service account, which is how the e2e test counts the agent's requests).
 #
 # kube-apiserver comes from k8s.io/kubernetes, whose go.mod replaces its staging modules with
 # ./staging directories the module zip does not ship: apiserver/go.mod requires it and replaces
@@ -24,19 +29,37 @@ RUN=$OUT/run
 ETCD_PORT=${MEMTIDE_K8S_ETCD_PORT:-23790}
 API_PORT=${MEMTIDE_K8S_API_PORT:-16443}
 
-stamp() { cat "$HERE/apiserver/go.sum" "$HERE/etcd/go.sum" | sha256sum | cut -c1-16; }
+# What /version reports (the module zip carries no git metadata for the build to read).
+KUBE_VERSION=v1.34.0
+LDFLAGS="-X k8s.io/component-base/version.gitVersion=$KUBE_VERSION -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=34"
 
+stamp() { cat "$HERE/apiserver/go.sum" "$HERE/etcd/go.sum" <(echo "$LDFLAGS") | sha256sum | cut -c1-16; }
+
+# One build at a time: .ci/run starts one early in the background, and `make k8s-e2e` waits
+# for it here, then finds the binaries up to date. The lock's descriptor stays in the subshell,
+# so the servers started later do not inherit it.
 build() {
     mkdir -p "$BIN"
+    (
+        flock 9
+        build_locked
+    ) 9>"$OUT/build.lock"
+}
+
+build_locked() {
     if [ -x "$BIN/kube-apiserver" ] && [ -x "$BIN/etcd" ] && [ "$(cat "$BIN/stamp" 2>/dev/null)" = "$(stamp)" ]; then
         echo "control-plane: binaries up to date in $BIN"
         return
+    fi
+    if ! command -v go >/dev/null; then
+        echo "control-plane: needs Go 1.24 or newer to build etcd and kube-apiserver (this kind of machine has it in /usr/local/go)" >&2
+        exit 2
     fi
     local start=$SECONDS
     (cd "$HERE/etcd" && go build -o "$BIN/etcd" .)
     echo "control-plane: etcd built in $((SECONDS - start)) s"
     start=$SECONDS
-    (cd "$HERE/apiserver" && go build -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
+    (cd "$HERE/apiserver" && go build -ldflags "$LDFLAGS" -o "$BIN/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver)
     echo "control-plane: kube-apiserver built in $((SECONDS - start)) s"
     stamp >"$BIN/stamp"
 }
@@ -47,22 +70,25 @@ start() {
     rm -rf "$RUN" && mkdir -p "$RUN/pki"
     openssl genrsa -out "$RUN/pki/sa.key" 2048 2>/dev/null
     openssl rsa -in "$RUN/pki/sa.key" -pubout -out "$RUN/pki/sa.pub" 2>/dev/null
-    local token
-    token=$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')
-    printf '%s,memtide-test-admin,memtide-test-admin,"system:masters"\n' "$token" >"$RUN/pki/tokens.csv"
+    head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$RUN/pki/admin-token"
+    printf '%s,memtide-test-admin,memtide-test-admin,"system:masters"\n' "$(cat "$RUN/pki/admin-token")" >"$RUN/pki/tokens.csv"
+    # Requests of service accounts only (the agent's among them), at their arrival: a watch
+    # that lasts minutes is one line.
+    cat >"$RUN/audit-policy.yaml" <<'POLICY'
+apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [ResponseStarted, ResponseComplete, Panic]
+rules:
+  - level: Metadata
+    userGroups: ["system:serviceaccounts"]
+  - level: None
+POLICY
     "$BIN/etcd" --data-dir "$RUN/etcd" \
         --listen-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --advertise-client-urls "http://127.0.0.1:$ETCD_PORT" \
         --listen-peer-urls "http://127.0.0.1:$((ETCD_PORT + 10))" >"$RUN/etcd.log" 2>&1 &
     echo $! >"$RUN/etcd.pid"
-    "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
-        --bind-address 127.0.0.1 --secure-port "$API_PORT" --cert-dir "$RUN/pki/serving" \
-        --service-account-issuer https://kubernetes.default.svc \
-        --service-account-key-file "$RUN/pki/sa.pub" \
-        --service-account-signing-key-file "$RUN/pki/sa.key" \
-        --token-auth-file "$RUN/pki/tokens.csv" --authorization-mode RBAC \
-        --service-cluster-ip-range 10.96.0.0/16 >"$RUN/apiserver.log" 2>&1 &
-    echo $! >"$RUN/apiserver.pid"
+    start_apiserver
     cat >"$RUN/kubeconfig" <<KUBECONFIG
 apiVersion: v1
 kind: Config
@@ -74,46 +100,79 @@ clusters:
 users:
 - name: memtide-test-admin
   user:
-    token: $token
+    token: $(cat "$RUN/pki/admin-token")
 contexts:
 - name: memtide-test
   context: {cluster: memtide-test, user: memtide-test-admin}
 current-context: memtide-test
 KUBECONFIG
-    for _ in $(seq 1 60); do
-        if KUBECONFIG=$RUN/kubeconfig kubectl get --raw /readyz >/dev/null 2>&1; then
-            echo "control-plane: ready at https://127.0.0.1:$API_PORT (KUBECONFIG=$RUN/kubeconfig)"
+}
+
+# Starts kube-apiserver against the running etcd and waits until /readyz answers.
+start_apiserver() {
+    "$BIN/kube-apiserver" --etcd-servers "http://127.0.0.1:$ETCD_PORT" \
+        --bind-address 127.0.0.1 --secure-port "$API_PORT" --cert-dir "$RUN/pki/serving" \
+        --service-account-issuer https://kubernetes.default.svc \
+        --service-account-key-file "$RUN/pki/sa.pub" \
+        --service-account-signing-key-file "$RUN/pki/sa.key" \
+        --token-auth-file "$RUN/pki/tokens.csv" --authorization-mode RBAC \
+        --audit-policy-file "$RUN/audit-policy.yaml" --audit-log-path "$RUN/audit.log" \
+        --service-cluster-ip-range 10.96.0.0/16 >>"$RUN/apiserver.log" 2>&1 &
+    echo $! >"$RUN/apiserver.pid"
+    local started=$SECONDS
+    for _ in $(seq 1 120); do
+        if [ -s "$RUN/pki/serving/apiserver.crt" ] &&
+            curl -sf --max-time 2 --cacert "$RUN/pki/serving/apiserver.crt" \
+                -H "Authorization: Bearer $(cat "$RUN/pki/admin-token")" \
+                "https://127.0.0.1:$API_PORT/readyz" >/dev/null 2>&1; then
+            echo "control-plane: ready at https://127.0.0.1:$API_PORT after $((SECONDS - started)) s (KUBECONFIG=$RUN/kubeconfig)"
             return
         fi
-        sleep 1
+        sleep 0.5
     done
     echo "control-plane: kube-apiserver not ready after 60 s; see $RUN/apiserver.log and $RUN/etcd.log" >&2
     stop quietly
     return 1
 }
 
-# The API server first (it drains its requests on SIGTERM, which takes seconds), then etcd;
-# anything still there after 30 s is killed, so nothing outlives the tests.
-stop() {
-    local pidfile pid
-    for pidfile in "$RUN/apiserver.pid" "$RUN/etcd.pid"; do
-        [ -f "$pidfile" ] || continue
-        pid=$(cat "$pidfile")
-        kill "$pid" 2>/dev/null || true
-        for _ in $(seq 1 30); do
-            kill -0 "$pid" 2>/dev/null || break
-            sleep 1
-        done
-        kill -9 "$pid" 2>/dev/null || true
-        rm -f "$pidfile"
+# Stops the process of a pid file: SIGTERM, then SIGKILL after 30 s, so nothing outlives the
+# tests (the API server drains its requests on SIGTERM, which takes seconds).
+stop_pidfile() {
+    local pidfile=$1 pid
+    [ -f "$pidfile" ] || return 0
+    pid=$(cat "$pidfile")
+    kill "$pid" 2>/dev/null || true
+    for _ in $(seq 1 60); do
+        kill -0 "$pid" 2>/dev/null || break
+        sleep 0.5
     done
+    kill -9 "$pid" 2>/dev/null || true
+    rm -f "$pidfile"
+}
+
+# The API server first, then etcd.
+stop() {
+    stop_pidfile "$RUN/apiserver.pid"
+    stop_pidfile "$RUN/etcd.pid"
     [ "${1:-}" = quietly ] || echo "control-plane: stopped"
 }
 
+restart_apiserver() {
+    stop_pidfile "$RUN/apiserver.pid"
+    echo "control-plane: kube-apiserver stopped"
+    start_apiserver
+}
+
+# Go as this kind of machine installs it, when it is not on PATH already; the module's own go
+# line is enough (no toolchain download).
+[ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
+export GOTOOLCHAIN=local
+
 case "${1:-}" in
 build | start | stop) "$1" ;;
+restart-apiserver) restart_apiserver ;;
 *)
-    echo "usage: $0 build|start|stop" >&2
+    echo "usage: $0 build|start|restart-apiserver|stop" >&2
     exit 2
     ;;
 esac
