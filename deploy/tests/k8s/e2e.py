@@ -3,7 +3,8 @@
 
 Started by deploy/tests/k8s/e2e.sh after control-plane.sh has started etcd and kube-apiserver
 (built from the Go module proxy; no kubelet, no container runtime). Steps:
- 1. deploy/kubernetes/base, rendered as kustomize would, is created through the API;
+ 1. deploy/kubernetes (base and the ServiceMonitor, with a stand-in for prometheus-operator's
+    CRD), rendered as kustomize would, is created through the API;
  2. RBAC, by SubjectAccessReview: the agent's service account may do exactly what
     deploy/kubernetes/base/rbac.yaml grants, over a matrix of verbs and resources;
  3. `memtide run` runs outside the cluster with a TokenRequest token of that service account and
@@ -112,13 +113,34 @@ def collection(doc: dict) -> str:
     return f"{base}/namespaces/{namespace}/{plural}" if namespace else f"{base}/{plural}"
 
 
+# prometheus-operator's ServiceMonitor CRD, with an open schema: enough for the API server to
+# accept deploy/kubernetes' ServiceMonitor (check-deploy.sh checks it against the operator's own
+# models; its CRD is not in any registry this test can reach).
+SERVICEMONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+    "metadata": {"name": "servicemonitors.monitoring.coreos.com"},
+    "spec": {"group": "monitoring.coreos.com", "scope": "Namespaced",
+             "names": {"kind": "ServiceMonitor", "plural": "servicemonitors",
+                       "singular": "servicemonitor", "listKind": "ServiceMonitorList"},
+             "versions": [{"name": "v1", "served": True, "storage": True,
+                           "schema": {"openAPIV3Schema": {
+                               "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]},
+}
+
+
 def apply_manifests(api: Api) -> None:
-    docs = deploylib.mini_kustomize(ROOT / "deploy/kubernetes/base")
+    """deploy/kubernetes (base and the ServiceMonitor), rendered as kustomize does, created."""
+    api.must("POST", "/apis/apiextensions.k8s.io/v1/customresourcedefinitions", SERVICEMONITOR_CRD)
+    if wait_for(30, lambda: api.call("GET", "/apis/monitoring.coreos.com/v1")[0] == 200) is None:
+        die("the ServiceMonitor CRD was not served within 30 s")
+    docs = deploylib.mini_kustomize(ROOT / "deploy/kubernetes")
     for doc in docs:
         api.must("POST", collection(doc), doc)
     kinds = ", ".join(f"{d['kind']}/{d['metadata']['name']}" for d in docs)
     ds = api.must("GET", "/apis/apps/v1/namespaces/memtide/daemonsets/memtide")
-    record(ds["metadata"]["name"] == "memtide", "deploy/kubernetes/base created through the API", kinds)
+    sm = api.must("GET", "/apis/monitoring.coreos.com/v1/namespaces/memtide/servicemonitors/memtide")
+    record(ds["metadata"]["name"] == "memtide" and sm["metadata"]["name"] == "memtide",
+           "deploy/kubernetes created through the API", kinds)
 
 
 def rbac_matrix(api: Api) -> None:
