@@ -304,14 +304,15 @@ class Agent:
         return None, None
 
     def metric(self, name: str, labels: str = "") -> float | None:
+        """The value of the series `name{labels}` (exactly those labels) in /metrics."""
+        series = name + ("{" + labels + "}" if labels else "")
         for line in (self.get("/metrics") or "").splitlines():
-            if line.startswith(name + (("{" + labels + "}") if labels else "")):
-                rest = line[len(name):]
-                if labels or rest.startswith(" ") or rest.startswith("{"):
-                    try:
-                        return float(line.rsplit(" ", 1)[1])
-                    except ValueError:
-                        return None
+            key, _, value = line.rpartition(" ")
+            if key == series:
+                try:
+                    return float(value)
+                except ValueError:
+                    return None
         return None
 
     def log(self) -> str:
