@@ -28,6 +28,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,13 @@ REQUIRED_PANELS = [
     "agent cpu",
     "agent memory",
 ]
+
+
+def free_port() -> int:
+    """A loopback TCP port nothing listens on now (the end-to-end tests' servers and agents)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def fail(message: str) -> None:

@@ -24,7 +24,6 @@ import os
 import re
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -75,12 +74,6 @@ def find_binary(env: str, names: list[str]) -> str | None:
                 if d and p.is_file() and os.access(p, os.X_OK):
                     return str(p)
     return None
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def http_get(url: str, timeout: float = 5.0) -> tuple[int, str, dict]:
@@ -196,7 +189,7 @@ def main() -> None:
         threading.Thread(target=drive_workload, args=(wl, stop), daemon=True).start()
 
         # 2. memtide, with the unit's capabilities only
-        mport = free_port()
+        mport = deploylib.free_port()
         cmd = [memtide, "run", "--observe", "--pid", pid, "--listen", f"127.0.0.1:{mport}", "--log-format", "json"]
         if CONFIG.exists():
             cmd[2:2] = ["--config", str(CONFIG)]
@@ -270,7 +263,7 @@ def main() -> None:
         job["scrape_timeout"] = SCRAPE
         job["static_configs"] = [{"targets": [f"127.0.0.1:{mport}"]}]
         (work / "prometheus.yml").write_text(yaml.safe_dump(cfg))
-        pport = free_port()
+        pport = deploylib.free_port()
         prom_log = work / "prometheus.log"
         prom = subprocess.Popen([prometheus, f"--config.file={work / 'prometheus.yml'}",
                                  f"--storage.tsdb.path={work / 'data'}", f"--web.listen-address=127.0.0.1:{pport}",

@@ -31,7 +31,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import subprocess
 import sys
@@ -257,18 +256,12 @@ class Cluster:
                 pass
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class Agent:
     """`memtide run` with a pod selector, against the test server."""
 
     def __init__(self, memtide: str, work: Path, name: str, token: str, limits: bool = False,
                  ca: Path | None = None) -> None:
-        self.port = free_port()
+        self.port = deploylib.free_port()
         self.log_path = work / f"{name}.log"
         (work / f"{name}.token").write_text(token)
         config = work / f"{name}.toml"
