@@ -326,7 +326,7 @@ impl Engine {
         if slot != NO_SLOT {
             let page = subpage_index(addr);
             self.stage2.add(slot, page, write, 1);
-            self.stage2.note_sample(slot, page);
+            self.stage2.note_sample(slot, page, write);
         }
     }
 
@@ -422,7 +422,8 @@ impl Engine {
                 .stage2
                 .any_count_reaches(self.cfg.cooling_gate(self.cfg.stage2_cooling_shift))
         {
-            self.stage2.cool_all(self.cfg.stage2_cooling_shift);
+            self.stage2
+                .cool_all(self.cfg.stage2_cooling_shift, self.units.write_factor());
             self.stage2_cooled_through = Some(period);
         }
         if self.cfg.adapt_top_n {

@@ -84,7 +84,11 @@ pub(crate) struct Stage2 {
 struct SampleWindow {
     once: [u64; 8],
     twice: [u64; 8],
+    /// Pages whose first sample in the window was a write.
+    first_written: [u64; 8],
     samples: u32,
+    /// Of `samples`, the writes.
+    writes: u32,
     /// Coverage of the last window that closed full, read while the open one fills.
     closed_coverage: Option<f32>,
 }
@@ -97,14 +101,23 @@ pub const WINDOW_SAMPLES: u32 = 64;
 const MIN_COVERAGE: f64 = 0.3;
 
 impl SampleWindow {
-    fn coverage(&self) -> f64 {
-        let f1: u32 = self
-            .once
-            .iter()
-            .zip(&self.twice)
-            .map(|(o, t)| (o & !t).count_ones())
-            .sum();
-        1.0 - f64::from(f1) / f64::from(self.samples.max(1))
+    /// Good–Turing's coverage with each sample weighted by the accesses it stands for (a write
+    /// sample `write_factor` reads): the share of the superpage's traffic on pages seen more
+    /// than once. Where stores are sampled at a longer period than loads (PEBS splits its
+    /// budget so), a written page is seen once where a read one of the same traffic is seen
+    /// several times; counted as one sample each, those rare heavy singletons vanished in the
+    /// count and written data read as resolved, its superpage as a few scattered hot pages.
+    fn coverage(&self, write_factor: f64) -> f64 {
+        let (mut read_once, mut written_once) = (0u32, 0u32);
+        for ((o, t), w) in self.once.iter().zip(&self.twice).zip(&self.first_written) {
+            let single = o & !t;
+            read_once += (single & !w).count_ones();
+            written_once += (single & w).count_ones();
+        }
+        let reads = f64::from(self.samples.saturating_sub(self.writes));
+        let weight = |reads: f64, writes: u32| reads + write_factor * f64::from(writes);
+        1.0 - weight(f64::from(read_once), written_once)
+            / weight(reads, self.writes).max(f64::MIN_POSITIVE)
     }
 }
 
@@ -146,15 +159,17 @@ impl Stage2 {
 
     /// (reads, writes) counters of a slot.
     /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate.
-    pub(crate) fn note_sample(&mut self, slot: u32, page: usize) {
+    pub(crate) fn note_sample(&mut self, slot: u32, page: usize, write: bool) {
         let e = &mut self.windows[slot as usize];
         let (word, bit) = (page / 64, 1u64 << (page % 64));
         if e.once[word] & bit != 0 {
             e.twice[word] |= bit;
         } else {
             e.once[word] |= bit;
+            e.first_written[word] |= u64::from(write) * bit;
         }
         e.samples = e.samples.saturating_add(1);
+        e.writes = e.writes.saturating_add(u32::from(write));
     }
 
     /// How many pages a superpage's accessed pages stand for, given that sampling missed some:
@@ -162,21 +177,22 @@ impl Stage2 {
     /// thinly (every page seen about once) has low coverage and scales up; a few hot pages seen
     /// many times have coverage near 1. 1.0 until a window has filled, or when the coverage is
     /// too low to tell.
-    pub(crate) fn density_scale(&self, slot: u32) -> f64 {
-        match self.coverage(slot) {
+    pub(crate) fn density_scale(&self, slot: u32, write_factor: f64) -> f64 {
+        match self.coverage(slot, write_factor) {
             Some(coverage) if coverage >= MIN_COVERAGE => 1.0 / coverage,
             _ => 1.0,
         }
     }
 
     /// Good–Turing's sample coverage `C = 1 − f1 / n` of a slot's window (`f1` pages seen
-    /// exactly once, `n` samples): the share of the superpage's coming accesses estimated to
-    /// fall on pages already sampled. From the open window once it holds
+    /// exactly once, `n` samples, each sample weighted by the accesses it stands for, a write
+    /// `write_factor` reads): the share of the superpage's coming accesses estimated to fall
+    /// on pages already sampled. From the open window once it holds
     /// [`WINDOW_SAMPLES`], else from the last full one; `None` before any window filled.
-    pub(crate) fn coverage(&self, slot: u32) -> Option<f64> {
+    pub(crate) fn coverage(&self, slot: u32, write_factor: f64) -> Option<f64> {
         let w = &self.windows[slot as usize];
         if w.samples >= WINDOW_SAMPLES {
-            Some(w.coverage())
+            Some(w.coverage(write_factor))
         } else {
             w.closed_coverage.map(f64::from)
         }
@@ -220,7 +236,7 @@ impl Stage2 {
         self.counters.iter().any(|&c| value(c) >= samples)
     }
 
-    pub(crate) fn cool_all(&mut self, shift: u32) {
+    pub(crate) fn cool_all(&mut self, shift: u32, write_factor: f64) {
         // Only the pages with a count have one to cool; cooling zeroes some of them.
         let slots = self.counters.chunks_exact_mut(2 * SUBPAGES);
         for (counters, counted) in slots.zip(&mut self.counted) {
@@ -241,7 +257,7 @@ impl Stage2 {
         for w in &mut self.windows {
             if w.samples >= WINDOW_SAMPLES {
                 *w = SampleWindow {
-                    closed_coverage: Some(w.coverage() as f32),
+                    closed_coverage: Some(w.coverage(write_factor) as f32),
                     ..SampleWindow::default()
                 };
             }
@@ -286,7 +302,7 @@ mod tests {
         assert_eq!(s.counted_pages(b), from_counters(&s, b));
         assert_eq!(s.counted_pages(b)[0], 0, "a zero add counts nothing");
         // Halving zeroes the counts of 1, keeps 3, 4 and 2.
-        s.cool_all(1);
+        s.cool_all(1, 1.0);
         for slot in [a, b] {
             assert_eq!(s.counted_pages(slot), from_counters(&s, slot));
         }
@@ -311,28 +327,55 @@ mod tests {
         // 128 samples, one on each of 128 pages of which 64 got a second one: f1 = 64 of
         // n = 192, coverage 2/3, so each observed page stands for 1.5.
         for p in 0..128 {
-            s.note_sample(dense, p * 4);
+            s.note_sample(dense, p * 4, false);
         }
         for p in 0..64 {
-            s.note_sample(dense, p * 4);
+            s.note_sample(dense, p * 4, false);
         }
-        assert!((s.density_scale(dense) - 1.5).abs() < 1e-9);
+        assert!((s.density_scale(dense, 1.0) - 1.5).abs() < 1e-9);
         // Eight hot pages seen 20 times each: coverage 1, no extrapolation.
         let hot = s.allocate(2);
         for _ in 0..20 {
             for p in 0..8 {
-                s.note_sample(hot, p);
+                s.note_sample(hot, p, false);
             }
         }
-        assert_eq!(s.coverage(hot), Some(1.0));
-        assert_eq!(s.density_scale(hot), 1.0);
+        assert_eq!(s.coverage(hot, 1.0), Some(1.0));
+        assert_eq!(s.density_scale(hot, 1.0), 1.0);
         // Every sample on a new page (uniform stray accesses): coverage 0, not extrapolated.
         let stray = s.allocate(3);
         for p in 0..100 {
-            s.note_sample(stray, p);
+            s.note_sample(stray, p, false);
         }
-        assert_eq!(s.coverage(stray), Some(0.0));
-        assert_eq!(s.density_scale(stray), 1.0);
+        assert_eq!(s.coverage(stray, 1.0), Some(0.0));
+        assert_eq!(s.density_scale(stray, 1.0), 1.0);
+    }
+
+    /// PEBS samples stores at a longer period than loads: a write sample stands for
+    /// `write_factor` reads. A superpage whose reads come back to eight pages while its writes
+    /// spread over every page looks resolved when each sample counts one, and not when each
+    /// counts what it stands for.
+    #[test]
+    fn coverage_weighs_each_sample_by_the_accesses_it_stands_for() {
+        let mut s = Stage2::default();
+        let slot = s.allocate(1);
+        for i in 0..56 {
+            s.note_sample(slot, i % 8, false);
+        }
+        for p in 100..108 {
+            s.note_sample(slot, p, true);
+        }
+        let even = s.coverage(slot, 1.0).unwrap();
+        assert!((even - 56.0 / 64.0).abs() < 1e-9, "{even}");
+        // Each write stands for 7 reads: 56 of the 112 accesses fell on pages seen once.
+        let weighted = s.coverage(slot, 7.0).unwrap();
+        assert!((weighted - 0.5).abs() < 1e-9, "{weighted}");
+        // A write seen twice is no singleton, whatever it weighs.
+        let again = s.allocate(2);
+        for i in 0..64 {
+            s.note_sample(again, i % 8, i % 2 == 0);
+        }
+        assert_eq!(s.coverage(again, 7.0), Some(1.0));
     }
 
     #[test]
@@ -341,25 +384,25 @@ mod tests {
         let slot = s.allocate(1);
         // 40 samples on four pages, over an epoch: too few to tell, whatever the epoch.
         for i in 0..40 {
-            s.note_sample(slot, (i % 4) * 100);
+            s.note_sample(slot, (i % 4) * 100, false);
         }
-        assert_eq!(s.coverage(slot), None);
-        assert_eq!(s.density_scale(slot), 1.0);
-        s.cool_all(1);
+        assert_eq!(s.coverage(slot, 1.0), None);
+        assert_eq!(s.density_scale(slot, 1.0), 1.0);
+        s.cool_all(1, 1.0);
         // The window stays open across the epoch's end and fills in the next one.
         for i in 0..24 {
-            s.note_sample(slot, (i % 4) * 100);
+            s.note_sample(slot, (i % 4) * 100, false);
         }
-        assert_eq!(s.coverage(slot), Some(1.0));
+        assert_eq!(s.coverage(slot, 1.0), Some(1.0));
         // Closed at the next epoch's end, its coverage stands while the next window fills.
-        s.cool_all(1);
-        s.note_sample(slot, 7);
-        assert_eq!(s.coverage(slot), Some(1.0));
+        s.cool_all(1, 1.0);
+        s.note_sample(slot, 7, false);
+        assert_eq!(s.coverage(slot, 1.0), Some(1.0));
         // A slot given to another superpage starts with nothing.
         s.release(slot);
         let again = s.allocate(2);
         assert_eq!(again, slot);
-        assert_eq!(s.coverage(again), None);
+        assert_eq!(s.coverage(again, 1.0), None);
     }
 
     #[test]
@@ -408,7 +451,7 @@ mod tests {
                 .all(|v| *v == 0)
         );
         t.add(b, 0, false, 9);
-        t.cool_all(1);
+        t.cool_all(1, 1.0);
         assert_eq!(t.counters(b).0[0], 4);
     }
 }

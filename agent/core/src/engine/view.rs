@@ -89,13 +89,13 @@ impl<'a> HotnessView<'a> {
 
     /// How many pages a slot's accessed pages stand for (Good–Turing coverage of its samples).
     pub(crate) fn density_scale(&self, slot: u32) -> f64 {
-        self.stage2.density_scale(slot)
+        self.stage2.density_scale(slot, self.write_factor())
     }
 
     /// Good–Turing coverage of a slot's last full window of samples (`None` before one
     /// filled).
     pub(crate) fn sample_coverage(&self, slot: u32) -> Option<f64> {
-        self.stage2.coverage(slot)
+        self.stage2.coverage(slot, self.write_factor())
     }
 
     /// Whether samples (not DAMON credits) reached the slot.
