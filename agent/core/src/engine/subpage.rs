@@ -114,10 +114,10 @@ impl SampleWindow {
             read_once += (single & !w).count_ones();
             written_once += (single & w).count_ones();
         }
-        let reads = f64::from(self.samples.saturating_sub(self.writes));
-        let weight = |reads: f64, writes: u32| reads + write_factor * f64::from(writes);
-        1.0 - weight(f64::from(read_once), written_once)
-            / weight(reads, self.writes).max(f64::MIN_POSITIVE)
+        let accesses =
+            |reads: u32, writes: u32| f64::from(reads) + write_factor * f64::from(writes);
+        let all = accesses(self.samples.saturating_sub(self.writes), self.writes);
+        1.0 - accesses(read_once, written_once) / all.max(f64::MIN_POSITIVE)
     }
 }
 
@@ -157,8 +157,8 @@ impl Stage2 {
         }
     }
 
-    /// (reads, writes) counters of a slot.
-    /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate.
+    /// Notes one sample (not a DAMON credit) on `page` for the coverage estimate, and whether
+    /// it was a write (its weight there).
     pub(crate) fn note_sample(&mut self, slot: u32, page: usize, write: bool) {
         let e = &mut self.windows[slot as usize];
         let (word, bit) = (page / 64, 1u64 << (page % 64));
@@ -204,6 +204,7 @@ impl Stage2 {
         w.samples > 0 || w.closed_coverage.is_some()
     }
 
+    /// (reads, writes) counters of a slot.
     pub(crate) fn counters(&self, slot: u32) -> (&[u32], &[u32]) {
         let base = slot as usize * 2 * SUBPAGES;
         self.counters[base..base + 2 * SUBPAGES].split_at(SUBPAGES)
