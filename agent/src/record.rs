@@ -20,7 +20,7 @@ use std::{
     fs::File,
     io::{self, BufWriter, Write},
     path::{Path, PathBuf},
-    sync::{Arc, atomic::Ordering},
+    sync::Arc,
     time::Duration,
 };
 
@@ -317,14 +317,7 @@ fn dropped(sampler: &Sampler, counters: &IngestCounters) -> BTreeMap<String, u64
         .filter(|(reason, _)| *reason != "not_target")
         .map(|(reason, count)| (reason.to_owned(), count))
         .collect();
-    dropped.insert(
-        "queue_full".to_owned(),
-        counters.dropped_channel_full.load(Ordering::Relaxed),
-    );
-    dropped.insert(
-        "malformed".to_owned(),
-        counters.malformed.load(Ordering::Relaxed),
-    );
+    dropped.extend(counters.losses("queue_full"));
     dropped
 }
 

@@ -9,8 +9,8 @@ use memtide_config::ExecConfig;
 use memtide_core::units::{Direction, PAGE_SIZE};
 use memtide_host::{
     exec::{
-        AbortReason, Backend, ExecError, Executor, HugeRange, KernelBackend, MoveRequest,
-        pages_on_destination, thp::SplitOutcome,
+        AbortReason, Backend, ExecError, Executor, HugeRange, KernelBackend, MoveDestination,
+        MoveRequest, pages_on_destination, thp::SplitOutcome,
     },
     sys::mempolicy::{self, PageStatus, Pid},
     sysfs::HostRoot,
@@ -154,7 +154,14 @@ fn move_to_missing_node_is_a_typed_error() {
     // The kernel's own answer, when asked anyway, maps to the same error.
     let mut status = Vec::new();
     let err = backend
-        .move_to(&[w.base as usize], node, 0, &mut status)
+        .move_to(
+            &[w.base as usize],
+            MoveDestination {
+                node,
+                move_shared: false,
+            },
+            &mut status,
+        )
         .expect_err("kernel refuses");
     assert!(matches!(err, ExecError::NoSuchNode { .. }), "{err}");
     let raw = mempolicy::move_pages(
@@ -188,11 +195,10 @@ impl Backend for KillAfterFirstMove<'_> {
     fn move_to(
         &mut self,
         pages: &[usize],
-        node: u32,
-        flags: u32,
+        to: MoveDestination,
         out: &mut Vec<PageStatus>,
     ) -> Result<usize, ExecError> {
-        let result = self.inner.move_to(pages, node, flags, out);
+        let result = self.inner.move_to(pages, to, out);
         self.calls += 1;
         if self.calls == 1 {
             self.workload.kill();

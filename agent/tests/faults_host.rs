@@ -382,7 +382,7 @@ fn respawn_with_pid(mut child: std::process::Child) -> Option<std::process::Chil
 #[test]
 fn a_reused_pid_is_never_mistaken_for_the_target() {
     use memtide_host::{
-        exec::{Backend as _, ExecError, KernelBackend},
+        exec::{Backend as _, ExecError, KernelBackend, MoveDestination},
         sysfs::HostRoot,
         targets::{Target, TargetError},
     };
@@ -421,7 +421,14 @@ fn a_reused_pid_is_never_mistaken_for_the_target() {
         Err(TargetError::Exited { .. })
     ));
     assert!(matches!(
-        backend.move_to(&pages, 0, 0, &mut out),
+        backend.move_to(
+            &pages,
+            MoveDestination {
+                node: 0,
+                move_shared: false
+            },
+            &mut out
+        ),
         Err(ExecError::Target(TargetError::Exited { .. }))
     ));
     assert!(out.is_empty(), "no page status came back from the impostor");

@@ -49,6 +49,24 @@ pub struct IngestCounters {
     pub malformed: AtomicU64,
 }
 
+impl IngestCounters {
+    /// The samples the ingest path itself lost, by reason: a full channel (named as the caller
+    /// reports it) and malformed records.
+    #[must_use]
+    pub fn losses(&self, channel_full: &str) -> [(String, u64); 2] {
+        [
+            (
+                channel_full.to_owned(),
+                self.dropped_channel_full.load(Ordering::Relaxed),
+            ),
+            (
+                "malformed".to_owned(),
+                self.malformed.load(Ordering::Relaxed),
+            ),
+        ]
+    }
+}
+
 /// Route changes, sent by whoever manages targets while the drain task runs.
 #[derive(Debug)]
 pub enum RouteCommand<S> {

@@ -125,14 +125,7 @@ impl Published {
             })
             .unwrap_or_default();
         let counters = r.ingest;
-        drops.insert(
-            "channel_full".to_owned(),
-            counters.dropped_channel_full.load(Ordering::Relaxed),
-        );
-        drops.insert(
-            "malformed".to_owned(),
-            counters.malformed.load(Ordering::Relaxed),
-        );
+        drops.extend(counters.losses("channel_full"));
         if !r.observe_all {
             drops.insert(
                 "unrouted".to_owned(),

@@ -150,13 +150,18 @@ impl BenefitConfig {
     }
 }
 
+/// One tier's access latencies in effect for a plan, ns.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Latency {
+    pub read_ns: f64,
+    pub write_ns: f64,
+}
+
 /// Latencies and migration costs in effect for one plan (capacity view overrides config).
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct CostModel {
-    pub fast_read_ns: f64,
-    pub fast_write_ns: f64,
-    pub slow_read_ns: f64,
-    pub slow_write_ns: f64,
+    pub fast: Latency,
+    pub slow: Latency,
     pub migrate_page_ns: f64,
     pub migrate_op_ns: f64,
     pub writeback_page_ns: f64,
@@ -171,10 +176,14 @@ impl CostModel {
     #[must_use]
     pub fn new(cfg: &BenefitConfig, cap: &CapacityView) -> Self {
         Self {
-            fast_read_ns: cap.fast.read_ns.unwrap_or(cfg.fast_read_ns),
-            fast_write_ns: cap.fast.write_ns.unwrap_or(cfg.fast_write_ns),
-            slow_read_ns: cap.slow.read_ns.unwrap_or(cfg.slow_read_ns),
-            slow_write_ns: cap.slow.write_ns.unwrap_or(cfg.slow_write_ns),
+            fast: Latency {
+                read_ns: cap.fast.read_ns.unwrap_or(cfg.fast_read_ns),
+                write_ns: cap.fast.write_ns.unwrap_or(cfg.fast_write_ns),
+            },
+            slow: Latency {
+                read_ns: cap.slow.read_ns.unwrap_or(cfg.slow_read_ns),
+                write_ns: cap.slow.write_ns.unwrap_or(cfg.slow_write_ns),
+            },
             migrate_page_ns: cfg.migrate_page_ns,
             migrate_op_ns: cfg.migrate_op_ns,
             writeback_page_ns: cfg.writeback_page_ns,
@@ -195,8 +204,8 @@ impl CostModel {
     /// Latency saved by serving `reads` and `writes` from the fast tier: the first two terms of Eq. (1).
     #[must_use]
     pub fn access_value(&self, reads: f64, writes: f64) -> f64 {
-        (self.slow_read_ns - self.fast_read_ns) * reads
-            + (self.slow_write_ns - self.fast_write_ns) * writes
+        (self.slow.read_ns - self.fast.read_ns) * reads
+            + (self.slow.write_ns - self.fast.write_ns) * writes
     }
 
     /// T_mig for one chunk of `bytes`, per epoch of residence.
@@ -236,7 +245,7 @@ impl CostModel {
     /// Whether slow-tier writes are penalised more than slow-tier reads (Memos' premise).
     #[must_use]
     pub fn writes_cost_more(&self) -> bool {
-        self.slow_write_ns - self.fast_write_ns > self.slow_read_ns - self.fast_read_ns
+        self.slow.write_ns - self.fast.write_ns > self.slow.read_ns - self.fast.read_ns
     }
 }
 

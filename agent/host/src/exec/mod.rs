@@ -22,7 +22,7 @@ pub mod watermark;
 use std::collections::BTreeMap;
 
 pub use self::executor::{
-    AbortReason, Backend, DirectionReport, ExecReport, Executor, MoveRequest,
+    AbortReason, Backend, DirectionReport, ExecReport, Executor, MoveDestination, MoveRequest,
 };
 pub use self::huge::HugeRange;
 pub use self::placed::pages_on_destination;
@@ -105,18 +105,17 @@ impl Backend for KernelBackend<'_> {
     fn move_to(
         &mut self,
         pages: &[usize],
-        node: u32,
-        flags: u32,
+        to: MoveDestination,
         out: &mut Vec<PageStatus>,
     ) -> Result<usize, ExecError> {
         self.nodes.clear();
-        self.nodes.resize(pages.len(), node);
+        self.nodes.resize(pages.len(), to.node);
         let pid = self.target.pid();
         self.target.check_alive()?;
-        let result = mempolicy::move_pages(Pid::Other(pid), pages, &self.nodes, flags, out);
+        let result = mempolicy::move_pages(Pid::Other(pid), pages, &self.nodes, to.flags(), out);
         // An exit during the call makes the statuses meaningless, whatever they say.
         self.target.check_alive()?;
-        result.map_err(|e| self.map_error("move_pages", e, node))
+        result.map_err(|e| self.map_error("move_pages", e, to.node))
     }
 
     fn node_room(&mut self, node: u32) -> Result<Option<(u64, u64)>, ExecError> {

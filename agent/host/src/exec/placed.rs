@@ -45,7 +45,7 @@ mod tests {
 
     use super::pages_on_destination;
     use crate::{
-        exec::{Backend, ExecError, HugeRange, MoveRequest, thp::SplitOutcome},
+        exec::{Backend, ExecError, HugeRange, MoveDestination, MoveRequest, thp::SplitOutcome},
         sys::mempolicy::{PageError, PageStatus},
         targets::TargetError,
     };
@@ -75,8 +75,7 @@ mod tests {
         fn move_to(
             &mut self,
             _: &[usize],
-            _: u32,
-            _: u32,
+            _: MoveDestination,
             _: &mut Vec<PageStatus>,
         ) -> Result<usize, ExecError> {
             unreachable!("only queries")

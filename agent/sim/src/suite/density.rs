@@ -55,10 +55,7 @@ pub const DENSITY_POLICIES: [PolicyName; 7] = [
 /// The baselines that sample nothing, read from the real-program sections.
 pub const DENSITY_REFERENCES: [PolicyName; 3] =
     [PolicyName::Tpp, PolicyName::Damon, PolicyName::NoMigration];
-pub(crate) const DENSITY_SECTIONS: TwoSizes = TwoSizes {
-    small: "density-small",
-    main: "density",
-};
+pub(crate) const DENSITY_SECTIONS: TwoSizes = TwoSizes::new("density-small", "density");
 
 /// `hindsight-samples` at memtide's shortest epoch, as the sweep runs it.
 pub(super) fn hindsight_at_shortest_epoch() -> Hindsight {

@@ -35,10 +35,7 @@ pub const LONG_SAMPLING: [PolicyName; 5] = [
 ];
 /// The baselines that sample nothing, run once: the density sweep's references.
 pub const LONG_REFERENCES: [PolicyName; 3] = DENSITY_REFERENCES;
-pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes {
-    small: "long-small",
-    main: "long",
-};
+pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes::new("long-small", "long");
 
 /// The long versions of the [`LONG_TRACES`] among `real`.
 pub(super) fn long_traces(real: &[Arc<dyn TraceSpec>]) -> Vec<Arc<dyn TraceSpec>> {

@@ -57,6 +57,10 @@ pub(crate) struct TwoSizes {
 }
 
 impl TwoSizes {
+    pub(crate) const fn new(small: &'static str, main: &'static str) -> Self {
+        Self { small, main }
+    }
+
     /// Each section with its fast-tier size, the small one first.
     pub(crate) fn with_sizes(self, base: FastSize) -> [(&'static str, FastSize); 2] {
         [
@@ -68,25 +72,13 @@ impl TwoSizes {
 
 /// Every policy on the real programs (the small size its own section, the suite's size the
 /// main matrix).
-pub(crate) const REAL_SECTIONS: TwoSizes = TwoSizes {
-    small: "real-small",
-    main: "main",
-};
+pub(crate) const REAL_SECTIONS: TwoSizes = TwoSizes::new("real-small", "main");
 /// memtide, HeMem and `static-2m` at [`PMU_SAMPLE_RATE`].
-pub(crate) const PERIOD_SECTIONS: TwoSizes = TwoSizes {
-    small: "periods-small",
-    main: "periods",
-};
+pub(crate) const PERIOD_SECTIONS: TwoSizes = TwoSizes::new("periods-small", "periods");
 /// Free hindsight at each of [`CADENCES_MS`].
-pub(crate) const CADENCE_SECTIONS: TwoSizes = TwoSizes {
-    small: "cadence-small",
-    main: "cadence",
-};
+pub(crate) const CADENCE_SECTIONS: TwoSizes = TwoSizes::new("cadence-small", "cadence");
 /// memtide at [`SHORT_INTERVAL_MS`] on the real programs.
-pub(crate) const INTERVAL_SECTIONS: TwoSizes = TwoSizes {
-    small: "interval-small",
-    main: "interval",
-};
+pub(crate) const INTERVAL_SECTIONS: TwoSizes = TwoSizes::new("interval-small", "interval");
 /// Where the fixed-epoch sweep and memtide's adaptive run of its traces are, for each draw of
 /// the samples (the suite's seed plus the index): (fixed-epoch section, adaptive section). The
 /// epoch check compares them over every draw, as the sampler check does: one draw moves when a

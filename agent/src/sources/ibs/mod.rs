@@ -173,12 +173,13 @@ pub fn source_spec(
     root: &HostRoot,
     options: &PerfSourceOptions,
 ) -> Result<PerfSourceSpec, PerfSpecError> {
-    let mut notes = Vec::new();
     let pmu = find(root, scan)?;
     let l3 = options.ibs_l3_miss_only && pmu.has_format("l3missonly");
-    if options.ibs_l3_miss_only && !l3 {
-        notes.push("ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned());
-    }
+    let notes = if options.ibs_l3_miss_only && !l3 {
+        vec!["ibs_op has no l3missonly (before Zen 4): sampling every op".to_owned()]
+    } else {
+        Vec::new()
+    };
     let fraction = if l3 {
         options.rates.ibs_l3_miss_fraction
     } else {

@@ -6,10 +6,10 @@ use std::time::Instant;
 
 use memtide_core::units::{PAGE_SIZE, SUBPAGES, SUPERPAGE_SIZE};
 
-use super::{Backend, DirectionReport, Executor, PageWork, Stop};
+use super::{Backend, DirectionReport, Executor, MoveDestination, PageWork, Stop};
 use crate::{
     exec::{ExecError, watermark},
-    sys::mempolicy::{MPOL_MF_MOVE_ALL, PageError, PageStatus},
+    sys::mempolicy::{PageError, PageStatus},
 };
 
 /// Buffers reused across the batches of one call.
@@ -150,12 +150,11 @@ impl Executor {
         moved: &mut Vec<u64>,
     ) -> Result<(), Stop> {
         let pid = backend.pid();
-        let flags = if self.cfg.move_shared {
-            MPOL_MF_MOVE_ALL
-        } else {
-            0
-        };
         let node = batch.node;
+        let to = MoveDestination {
+            node,
+            move_shared: self.cfg.move_shared,
+        };
         scratch.addrs.clear();
         scratch
             .addrs
@@ -163,7 +162,7 @@ impl Executor {
         report.pages_attempted += batch.pages.len() as u64;
         report.syscalls += 1;
         let started = Instant::now();
-        let result = backend.move_to(&scratch.addrs, node, flags, &mut scratch.status);
+        let result = backend.move_to(&scratch.addrs, to, &mut scratch.status);
         report.move_time += started.elapsed();
         let not_migrated = match result {
             Ok(n) => n,

@@ -28,7 +28,10 @@ use memtide_core::units::{Direction, SUBPAGES};
 pub use self::report::{AbortReason, DirectionReport, ExecReport};
 use self::shape::Shaped;
 use super::{ExecError, HugeRange, ratelimit::TokenBucket, thp::SplitOutcome};
-use crate::{sys::mempolicy::PageStatus, targets::TargetError};
+use crate::{
+    sys::mempolicy::{MPOL_MF_MOVE_ALL, PageStatus},
+    targets::TargetError,
+};
 
 /// One range to move to one node. `start` and `len` are multiples of `granularity`, which is a
 /// multiple of 4 KiB (4 KiB, 64 KiB and 2 MiB in practice).
@@ -41,6 +44,27 @@ pub struct MoveRequest {
     pub direction: Direction,
 }
 
+/// Where one move_pages call sends its pages.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MoveDestination {
+    pub node: u32,
+    /// Also move pages other processes map (`MPOL_MF_MOVE_ALL`, CAP_SYS_NICE); without it the
+    /// kernel leaves them where they are.
+    pub move_shared: bool,
+}
+
+impl MoveDestination {
+    /// move_pages' flags for it.
+    #[must_use]
+    pub fn flags(self) -> u32 {
+        if self.move_shared {
+            MPOL_MF_MOVE_ALL
+        } else {
+            0
+        }
+    }
+}
+
 /// Everything the executor needs from the kernel for one target; [`super::KernelBackend`] is
 /// the real one, tests use fakes.
 pub trait Backend {
@@ -49,13 +73,12 @@ pub trait Backend {
     fn alive(&self) -> Result<(), TargetError>;
     /// Where each page is (move_pages without nodes).
     fn query(&mut self, pages: &[usize], out: &mut Vec<PageStatus>) -> Result<(), TargetError>;
-    /// Moves `pages` to `node`; `out` gets move_pages' status array. Returns the number of
-    /// pages the kernel reports as not migrated (their status still says `node`).
+    /// Moves `pages` to `to.node`; `out` gets move_pages' status array. Returns the number of
+    /// pages the kernel reports as not migrated (their status still says `to.node`).
     fn move_to(
         &mut self,
         pages: &[usize],
-        node: u32,
-        flags: u32,
+        to: MoveDestination,
         out: &mut Vec<PageStatus>,
     ) -> Result<usize, ExecError>;
     /// `(free bytes, floor)` of `node`, the floor being its high watermark; `None` when the

@@ -82,8 +82,7 @@ impl Backend for Fake {
     fn move_to(
         &mut self,
         pages: &[usize],
-        node: u32,
-        _flags: u32,
+        MoveDestination { node, .. }: MoveDestination,
         out: &mut Vec<PageStatus>,
     ) -> Result<usize, ExecError> {
         if !self.moves_after_exit {
