@@ -197,19 +197,20 @@ pub struct SamplerConfig {
 }
 const _: () = assert!(size_of::<SamplerConfig>() == 8);
 
-/// Indexes of the per-CPU drop counters (`DROPS` map) kept by the sampler program.
+/// Indexes of the per-CPU drop counters (`DROPS` map) kept by the sampler program: a reason's
+/// value is its position in [`DropReason::ALL`] (checked at compile time below).
 #[repr(u32)]
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum DropReason {
     /// The ring buffer had no room: user space is not draining fast enough.
-    RingFull = 0,
+    RingFull,
     /// The sampled process is not a target.
-    NotTarget = 1,
+    NotTarget,
     /// The event carried no data address.
-    NoAddress = 2,
+    NoAddress,
     /// The data address is in kernel space ([`KERNEL_SPACE_START`] and above): IBS, which
     /// cannot exclude the kernel, samples the kernel's own accesses made on a target's behalf.
-    KernelAddress = 3,
+    KernelAddress,
 }
 
 /// Where kernel space starts on the 64-bit architectures memtide runs on: x86-64 (4- and
@@ -239,6 +240,15 @@ impl DropReason {
         }
     }
 }
+
+// Every reason indexes its own counter, and `ALL` lists them in index order.
+const _: () = {
+    let mut i = 0;
+    while i < DropReason::ALL.len() {
+        assert!(DropReason::ALL[i] as usize == i);
+        i += 1;
+    }
+};
 
 /// Names of the programs and maps in the BPF object, shared so neither side can drift.
 pub mod names {
