@@ -35,7 +35,7 @@ use super::{
     http,
     notify::Notifier,
     pods::PodWatch,
-    publish::Published,
+    publish::{self, Published},
     sample_rate::SampleRate,
     status::AgentStatus,
 };
@@ -173,6 +173,8 @@ async fn prepare(
     metrics
         .sampling_cpu_budget_ratio
         .set(config.sources.cpu_budget_percent / 100.0);
+    // Before anything is served: a scrape never sees a machine without its tier costs.
+    publish::publish_node_costs(&metrics, &agent::node_costs(&config, &tiered));
     let status = Arc::new(RwLock::new(starting_status(
         &config,
         &tiered,

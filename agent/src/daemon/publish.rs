@@ -82,6 +82,7 @@ impl Published {
                 .inc_by(now.saturating_sub(*published).as_secs_f64());
             *published = now.max(*published);
         }
+        publish_node_costs(r.metrics, &r.node_costs);
         match Topology::read(r.root) {
             Ok(topology) => publish_tiers(r, &topology),
             Err(error) => tracing::debug!(%error, "reading the topology for the tier gauges"),
@@ -188,7 +189,13 @@ fn publish_tiers(r: &Readings<'_>, topology: &Topology) {
             .get_or_create(&labels)
             .set(i64::try_from(node.free_bytes).unwrap_or(i64::MAX));
     }
-    for cost in r.node_costs.values() {
+}
+
+/// The nodes' access costs (`memtide_tier_latency_seconds`, `memtide_tier_bandwidth_bytes_per_second`).
+/// They come from the configuration and the firmware tables, not from a sysfs read that can
+/// fail, so they are set before the first scrape is served and kept whatever else fails.
+pub(super) fn publish_node_costs(metrics: &Metrics, node_costs: &BTreeMap<u32, NodeCost>) {
+    for cost in node_costs.values() {
         let kinds = [
             (
                 "read",
@@ -207,13 +214,13 @@ fn publish_tiers(r: &Readings<'_>, topology: &Topology) {
                 kind: kind.to_owned(),
             };
             if let Some(ns) = latency_ns {
-                r.metrics
+                metrics
                     .tier_latency_seconds
                     .get_or_create(&labels)
                     .set(ns / 1e9);
             }
             if let Some(bytes_per_s) = bandwidth {
-                r.metrics
+                metrics
                     .tier_bandwidth_bytes_per_second
                     .get_or_create(&labels)
                     .set(bytes_per_s);

@@ -114,7 +114,12 @@ fn observe_mode_with_damon_reports_the_hot_region_and_cleans_up() {
         (rest.contains("node=\"1\"") && rest.contains("kind=\"read\""))
             .then(|| rest.rsplit(' ').next()?.parse::<f64>().ok())?
     });
-    assert_eq!(latency, Some(300e-9), "node 1's read latency:\n{metrics}");
+    assert_eq!(
+        latency,
+        Some(300e-9),
+        "node 1's read latency:\n{metrics}\nagent log:\n{}",
+        agent.log()
+    );
     assert!(
         metrics.contains("memtide_tier_bandwidth_bytes_per_second{"),
         "no HMAT bandwidth in /metrics:\n{metrics}"
