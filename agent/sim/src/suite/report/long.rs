@@ -52,6 +52,10 @@ impl Report<'_> {
             .as_ref()
             .is_some_and(|r| r.iter().all(|&x| x >= HELD_HIT_RATIO));
         let idle = self.idle_baselines(&sizes);
+        let covered = sizes
+            .first()
+            .map(|(section, _)| self.long_coverage(section))
+            .unwrap_or_default();
         o.push_str(&fill(
             LONG,
             &[
@@ -59,6 +63,9 @@ impl Report<'_> {
                 ("passes", LONG_PASSES.to_string()),
                 ("sampler", LONG_SAMPLER.name().to_owned()),
                 ("production", PRODUCTION_SAMPLE_RATE.to_string()),
+                ("clock", covered.clock),
+                ("samples", covered.samples),
+                ("hour", covered.hour),
                 ("tables", tables),
                 ("memtide_ratio", shown(&memtide)),
                 ("memtide_verdict", verdict(memtide_ok).to_owned()),
@@ -77,6 +84,36 @@ impl Report<'_> {
                 ),
             ],
         ));
+    }
+
+    /// What the long traces cover, from memtide's runs at the production density in `section`:
+    /// the programs' clocks, the samples each got, and what an hour would give at that rate.
+    fn long_coverage(&self, section: &str) -> LongCoverage {
+        let runs: Vec<&SimResult> = self
+            .long
+            .iter()
+            .filter_map(|t| self.long_run(section, t, PolicyName::Memtide, PRODUCTION_SAMPLE_RATE))
+            .collect();
+        let span = |values: Vec<f64>, digits: usize| {
+            let lo = values.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = values.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            if values.is_empty() {
+                "-".to_owned()
+            } else if format!("{lo:.digits$}") == format!("{hi:.digits$}") {
+                format!("{lo:.digits$}")
+            } else {
+                format!("{lo:.digits$} to {hi:.digits$}")
+            }
+        };
+        #[expect(clippy::cast_precision_loss, reason = "sample counts for a report")]
+        let samples = |r: &SimResult| r.samples as f64;
+        let per_hour =
+            |r: &SimResult| samples(r) * SECONDS_PER_HOUR / r.simulated_clock_s.max(1e-9);
+        LongCoverage {
+            clock: span(runs.iter().map(|r| r.simulated_clock_s).collect(), 1),
+            samples: span(runs.iter().map(|r| samples(r)).collect(), 0),
+            hour: span(runs.iter().map(|r| per_hour(r)).collect(), 0),
+        }
     }
 
     /// `p`'s run of long trace `trace` in `section` at `rate` (a reference's at any rate).
@@ -179,6 +216,19 @@ impl Report<'_> {
     }
 }
 
+const SECONDS_PER_HOUR: f64 = 3600.0;
+
+/// What the long section's traces cover, as the report prints it.
+#[derive(Default)]
+struct LongCoverage {
+    /// The programs' clocks, s.
+    clock: String,
+    /// Samples per trace at the production density.
+    samples: String,
+    /// Samples per trace an hour at that density would give.
+    hour: String,
+}
+
 /// "10 % and 25 %": the sizes in order.
 fn sizes_label(sizes: &[(&str, crate::run::FastSize)]) -> String {
     let names: Vec<String> = sizes.iter().map(|(_, f)| f.to_string()).collect();
@@ -206,6 +256,9 @@ mod tests {
                         let hit = if i == 0 { 0.5 } else { 0.4 };
                         let mut run = fake_run(p, t, 1.2, hit, 0);
                         run.migrated_bytes = 8 << 20;
+                        // 400 samples in 20 s (kv) or 40 s (sqlite): 72,000 or 36,000 an hour.
+                        run.samples = 400;
+                        run.simulated_clock_s = if t.starts_with("kv") { 20.0 } else { 40.0 };
                         let label = Choice::Density(p, LONG_SAMPLER, rate, 0).label();
                         results.insert((section, t.to_owned(), label), run);
                     }
@@ -221,6 +274,14 @@ mod tests {
         let o = render_section_with_long(&results, &[], &traces, |report, o| {
             report.long_steady_states(o);
         });
+        assert!(
+            o.contains("20.0 to 40.0 s of the programs' clocks, 400\nsamples per trace"),
+            "{o}"
+        );
+        assert!(
+            o.contains("would give 36000 to 72000 samples per trace"),
+            "{o}"
+        );
         assert!(
             o.contains("| memtide | 0.500 | 0.400 | 1.200 | 1.200 | 8 |"),
             "{o}"
