@@ -29,7 +29,7 @@ use super::{
     RunOptions, config,
     limits::limit_for,
     pods::PodWatch,
-    publish::{Published, Readings},
+    publish::{self, Published, Readings},
     status::AgentStatus,
     target::{self, FastShares, ObserveSwitch, SharedMachine, TargetHandle, TargetSpec},
 };
@@ -157,11 +157,20 @@ impl Agent {
         node_costs(&self.config, &self.machine.tiered)
     }
 
+    /// Puts the nodes' costs in `/status` and `/metrics`: at start, and again when the tiers
+    /// (memory hotplug) or the configuration (`[[topology.costs]]`, on SIGHUP) change them.
+    pub(super) fn publish_node_costs(&self) {
+        let costs = self.node_costs();
+        publish::publish_node_costs(&self.publishing.metrics, &costs);
+        if let Ok(mut status) = self.publishing.status.write() {
+            status.node_costs = costs.into_values().collect();
+        }
+    }
+
     /// Publishes the agent-wide metrics (`publish`), once a second.
     pub(super) fn publish_metrics(&mut self) {
         let readings = Readings {
             source_running: self.not_ready().is_none(),
-            node_costs: self.node_costs(),
             metrics: &self.publishing.metrics,
             source: self.source.as_deref(),
             ingest: &self.ingest_counters,
@@ -367,7 +376,6 @@ impl Agent {
                     "NUMA nodes changed (memory hotplug); tiers re-read"
                 );
                 self.machine.tiered = tiered;
-                let costs = self.node_costs().into_values().collect();
                 if let Ok(mut status) = self.publishing.status.write() {
                     status
                         .fast_nodes
@@ -375,8 +383,8 @@ impl Agent {
                     status
                         .slow_nodes
                         .clone_from(&self.machine.tiered.classes.nodes.slow);
-                    status.node_costs = costs;
                 }
+                self.publish_node_costs();
                 self.update_observe_reason();
             }
             // The tiers read last stay in use; moves to a node that went away fail per page
@@ -540,6 +548,7 @@ impl Agent {
             Ok(config) => {
                 self.targets.selection = config::selection(&config.targets);
                 self.config = config;
+                self.publish_node_costs();
                 self.update_observe_reason();
                 self.update_limits();
                 tracing::info!(path = %path.display(), "configuration reloaded (observe mode, targets and limits apply now; engine settings to targets found from now on)");

@@ -21,7 +21,10 @@ use memtide_host::{
     exec::coexist,
     sysfs::HostRoot,
     targets::select::TargetSet,
-    topology::tiering::{HotplugWatch, TieredTopology},
+    topology::{
+        costs::NodeCost,
+        tiering::{HotplugWatch, TieredTopology},
+    },
 };
 use tokio::{
     sync::{mpsc, watch},
@@ -174,10 +177,11 @@ async fn prepare(
         .sampling_cpu_budget_ratio
         .set(config.sources.cpu_budget_percent / 100.0);
     // Before anything is served: a scrape never sees a machine without its tier costs.
-    publish::publish_node_costs(&metrics, &agent::node_costs(&config, &tiered));
+    let costs = agent::node_costs(&config, &tiered);
+    publish::publish_node_costs(&metrics, &costs);
     let status = Arc::new(RwLock::new(starting_status(
-        &config,
         &tiered,
+        costs,
         observe_reason.clone(),
     )));
     let ready = Arc::new(http::Readiness::starting());
@@ -229,8 +233,8 @@ async fn prepare(
 
 /// What `/status` says before the first target or source.
 fn starting_status(
-    config: &Config,
     tiered: &TieredTopology,
+    costs: BTreeMap<u32, NodeCost>,
     observe_reason: Option<String>,
 ) -> AgentStatus {
     AgentStatus {
@@ -240,7 +244,7 @@ fn starting_status(
         not_ready: Some("starting".to_owned()),
         fast_nodes: tiered.classes.nodes.fast.clone(),
         slow_nodes: tiered.classes.nodes.slow.clone(),
-        node_costs: agent::node_costs(config, tiered).into_values().collect(),
+        node_costs: costs.into_values().collect(),
         targets: Vec::new(),
     }
 }

@@ -34,7 +34,6 @@ pub(super) struct Readings<'a> {
     /// Every process is observed: the BPF filter is off, so nothing is unrouted.
     pub(super) observe_all: bool,
     pub(super) tiers: &'a TierNodeSets,
-    pub(super) node_costs: BTreeMap<u32, NodeCost>,
     pub(super) root: &'a HostRoot,
     pub(super) status: &'a RwLock<AgentStatus>,
 }
@@ -82,7 +81,6 @@ impl Published {
                 .inc_by(now.saturating_sub(*published).as_secs_f64());
             *published = now.max(*published);
         }
-        publish_node_costs(r.metrics, &r.node_costs);
         match Topology::read(r.root) {
             Ok(topology) => publish_tiers(r, &topology),
             Err(error) => tracing::debug!(%error, "reading the topology for the tier gauges"),
@@ -191,9 +189,10 @@ fn publish_tiers(r: &Readings<'_>, topology: &Topology) {
     }
 }
 
-/// The nodes' access costs (`memtide_tier_latency_seconds`, `memtide_tier_bandwidth_bytes_per_second`).
-/// They come from the configuration and the firmware tables, not from a sysfs read that can
-/// fail, so they are set before the first scrape is served and kept whatever else fails.
+/// The nodes' access costs (`memtide_tier_latency_seconds`,
+/// `memtide_tier_bandwidth_bytes_per_second`). They follow from the configuration and the
+/// topology read at start, so they are set before the first scrape is served and again only
+/// when either changes (`Agent::publish_node_costs`), not in the once-a-second publication.
 pub(super) fn publish_node_costs(metrics: &Metrics, node_costs: &BTreeMap<u32, NodeCost>) {
     for cost in node_costs.values() {
         let kinds = [

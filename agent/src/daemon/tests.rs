@@ -728,8 +728,9 @@ mod with_a_fake_source {
     }
 
     /// The machine's HMAT (the CXL fixture: node 2 at 260/270 ns, 50/40 GB/s) reaches the
-    /// running agent: `/status` and `/metrics` carry each node's costs and their source, and a
-    /// `[[topology.costs]]` entry overrides the firmware field by field.
+    /// running agent: `/status` and `/metrics` carry each node's costs and their source, a
+    /// `[[topology.costs]]` entry overrides the firmware field by field, and a reload that
+    /// changes the entry changes both.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn tier_costs_come_from_hmat_and_the_configuration_and_are_exported() {
         let machine = Machine::new("[[topology.costs]]\nnode = 1\nread_latency_ns = 150\n");
@@ -778,6 +779,30 @@ mod with_a_fake_source {
         );
         let table = daemon.status().to_table();
         assert!(table.contains("node 2: read 260 ns"), "{table}");
+        // A reload that changes the entry reaches both endpoints (`/metrics` within its
+        // response cache's second).
+        machine.configure("[[topology.costs]]\nnode = 1\nread_latency_ns = 175\n");
+        daemon.send(Control::Reload);
+        let node_1_read = |d: &Daemon| {
+            d.status()
+                .node_costs
+                .iter()
+                .find(|c| c.node == 1)
+                .and_then(|c| c.read_latency_ns)
+        };
+        eventually("node 1's reloaded read latency in /status", || {
+            node_1_read(&daemon) == Some(175.0)
+        })
+        .await;
+        let node_1_read_gauge = [
+            "memtide_tier_latency_seconds{",
+            "node=\"1\"",
+            "kind=\"read\"",
+        ];
+        eventually("node 1's reloaded read latency in /metrics", || {
+            metric(&metrics(&daemon), &node_1_read_gauge) == Some(175e-9)
+        })
+        .await;
         daemon.stop().await;
     }
 }
