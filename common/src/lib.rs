@@ -9,53 +9,72 @@
 /// Version of the record layouts below; the agent refuses a BPF object built for another.
 pub const RECORD_VERSION: u32 = 1;
 
-/// What kind of memory access a sample stands for.
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AccessKind {
-    /// The source cannot tell loads from stores (page faults, DAMON).
-    Unknown = 0,
-    Load = 1,
-    Store = 2,
+/// A one-byte enum on the wire: `#[repr(u8)]` with the listed values, and `decode`, which
+/// gives the variant of a byte or `None` for a value this build does not know.
+macro_rules! wire_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident {
+        $($(#[$variant_meta:meta])* $variant:ident = $value:literal,)+
+    }) => {
+        $(#[$meta])*
+        #[repr(u8)]
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        $vis enum $name {
+            $($(#[$variant_meta])* $variant = $value,)+
+        }
+
+        impl $name {
+            /// The variant a wire byte stands for.
+            #[must_use]
+            pub const fn decode(value: u8) -> Option<Self> {
+                match value {
+                    $($value => Some(Self::$variant),)+
+                    _ => None,
+                }
+            }
+        }
+    };
+}
+
+wire_enum! {
+    /// What kind of memory access a sample stands for.
+    pub enum AccessKind {
+        /// The source cannot tell loads from stores (page faults, DAMON).
+        Unknown = 0,
+        Load = 1,
+        Store = 2,
+    }
 }
 
 impl AccessKind {
     /// Decodes the wire byte; unknown values map to [`AccessKind::Unknown`].
     #[must_use]
     pub const fn from_u8(value: u8) -> Self {
-        match value {
-            1 => Self::Load,
-            2 => Self::Store,
-            _ => Self::Unknown,
+        match Self::decode(value) {
+            Some(kind) => kind,
+            None => Self::Unknown,
         }
     }
 }
 
-/// Which sampling mechanism produced a sample.
-#[repr(u8)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum SampleSource {
-    /// Software page-fault event (`PERF_COUNT_SW_PAGE_FAULTS`), available everywhere.
-    SwFault = 0,
-    /// Intel PEBS (`mem-loads` / `mem-stores` on the `cpu` or `cpu_core` PMU).
-    Pebs = 1,
-    /// AMD IBS op sampling (`ibs_op` PMU).
-    Ibs = 2,
-    /// Arm SPE (`arm_spe_*` PMU).
-    Spe = 3,
+wire_enum! {
+    /// Which sampling mechanism produced a sample.
+    pub enum SampleSource {
+        /// Software page-fault event (`PERF_COUNT_SW_PAGE_FAULTS`), available everywhere.
+        SwFault = 0,
+        /// Intel PEBS (`mem-loads` / `mem-stores` on the `cpu` or `cpu_core` PMU).
+        Pebs = 1,
+        /// AMD IBS op sampling (`ibs_op` PMU).
+        Ibs = 2,
+        /// Arm SPE (`arm_spe_*` PMU).
+        Spe = 3,
+    }
 }
 
 impl SampleSource {
-    /// Decodes the wire byte.
+    /// Decodes the wire byte; `None` for a source this build does not know.
     #[must_use]
     pub const fn from_u8(value: u8) -> Option<Self> {
-        match value {
-            0 => Some(Self::SwFault),
-            1 => Some(Self::Pebs),
-            2 => Some(Self::Ibs),
-            3 => Some(Self::Spe),
-            _ => None,
-        }
+        Self::decode(value)
     }
 }
 
@@ -304,6 +323,24 @@ mod tests {
         assert_eq!(AccessSample::from_ne_bytes(&bytes), Some(sample));
         assert_eq!(&bytes[16..20], &4242u32.to_ne_bytes(), "pid at offset 16");
         assert_eq!(AccessSample::from_ne_bytes(&bytes[..31]), None);
+    }
+
+    #[test]
+    fn wire_enums_decode_their_own_bytes_and_nothing_else() {
+        for kind in [AccessKind::Unknown, AccessKind::Load, AccessKind::Store] {
+            assert_eq!(AccessKind::from_u8(kind as u8), kind);
+        }
+        assert_eq!(AccessKind::from_u8(3), AccessKind::Unknown);
+        for source in [
+            SampleSource::SwFault,
+            SampleSource::Pebs,
+            SampleSource::Ibs,
+            SampleSource::Spe,
+        ] {
+            assert_eq!(SampleSource::from_u8(source as u8), Some(source));
+        }
+        assert_eq!(SampleSource::from_u8(4), None);
+        assert_eq!(SampleSource::from_u8(u8::MAX), None);
     }
 
     #[test]
