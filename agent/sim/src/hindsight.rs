@@ -209,6 +209,10 @@ impl SimPolicy for Hindsight {
         }
     }
 
+    fn learns_from_samples_only(&self) -> bool {
+        self.seen == Seen::Samples
+    }
+
     fn step(&mut self, clock: Clock, _: &mut TierModel) {
         self.now = clock.now;
     }

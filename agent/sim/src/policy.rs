@@ -65,6 +65,13 @@ pub trait SimPolicy: Send {
     fn info(&self) -> serde_json::Value {
         serde_json::Value::Null
     }
+
+    /// Whether the policy learns from the samples alone, never from the records of a batch or
+    /// the accessed bits their touches set: then the records a cache served cannot change what
+    /// it does, and a replay may skip them (`run::fast_forward`). Default false.
+    fn learns_from_samples_only(&self) -> bool {
+        false
+    }
 }
 
 /// Engine configuration for a preset: the benefit rule gets the platform's migration costs
@@ -231,6 +238,10 @@ impl SimPolicy for EnginePolicy {
                 model.migrate(m.start, m.len, to, m.granularity.bytes(), now_ms);
             }
         }
+    }
+
+    fn learns_from_samples_only(&self) -> bool {
+        true
     }
 
     fn info(&self) -> serde_json::Value {

@@ -193,6 +193,21 @@ impl FilterCounter {
 }
 
 impl FilterCounts {
+    /// The counts of `passes` passes of a trace, from those of its first pass and of its first
+    /// two: the later passes count what the second did.
+    #[must_use]
+    pub fn of_passes(one: Self, two: Self, passes: u32) -> Self {
+        let later = u64::from(passes.max(1) - 1);
+        let total = |one: u64, two: u64| one + later * (two - one);
+        Self {
+            loads_past_l2: total(one.loads_past_l2, two.loads_past_l2),
+            loads_past_l2_and_l3: total(one.loads_past_l2_and_l3, two.loads_past_l2_and_l3),
+            stores: total(one.stores, two.stores),
+            stores_past_l3: total(one.stores_past_l3, two.stores_past_l3),
+            past_l3: total(one.past_l3, two.past_l3),
+        }
+    }
+
     /// The shares of PEBS's load and store events that reached memory: what the agent's
     /// cache-miss counters measure on a live target.
     #[must_use]
@@ -209,6 +224,29 @@ impl FilterCounts {
 /// Whether a record passes a filter; no filter passes everything.
 fn passes(filter: Option<&mut LineFilter>, addr: u64) -> bool {
     filter.is_none_or(|f| f.passes(addr))
+}
+
+/// A record that passed a source's filters: whether it becomes a sample is the draw's to say.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Candidate {
+    pub addr: u64,
+    pub kind: AccessKind,
+    pub class: CandidateClass,
+}
+
+/// Which of the source's events a [`Candidate`] is, and so which period draws it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CandidateClass {
+    /// `ideal`: an access that reached memory.
+    Access,
+    /// PEBS `mem-loads` past the `ldlat` filter.
+    Load,
+    /// PEBS `mem-stores`.
+    Store,
+    /// An IBS op past `l3missonly`.
+    Op,
+    /// A page fault (`swfault`).
+    Fault,
 }
 
 /// One replay's sampler: decides, record by record, what the source would have delivered.
@@ -294,47 +332,71 @@ impl Sampler {
         first_touch: bool,
         past_llc: bool,
     ) -> Option<AccessSample> {
-        let (kind, weight, source) = match self.name {
-            SamplerName::Ideal => {
-                if !past_llc || (self.rate > 1 && self.rng.below(self.rate) != 0) {
+        let candidate = self.candidate(r, first_touch, past_llc)?;
+        self.draw(&candidate)
+    }
+
+    /// Whether `r` passes the source's filters, and as what: the part of [`Self::sample`] that
+    /// depends on the record and the caches alone, not on the draw. A steady-state pass of a
+    /// repeated trace has the same candidates every pass (`run::fast_forward`).
+    pub fn candidate(
+        &mut self,
+        r: &TraceRecord,
+        first_touch: bool,
+        past_llc: bool,
+    ) -> Option<Candidate> {
+        let name = self.name;
+        let class = match name {
+            SamplerName::Ideal if past_llc => CandidateClass::Access,
+            SamplerName::Pebs if r.is_write() => CandidateClass::Store,
+            SamplerName::Pebs if self.past_filter(r.addr) => CandidateClass::Load,
+            SamplerName::Ibs if past_llc => CandidateClass::Op,
+            SamplerName::Swfault if first_touch => CandidateClass::Fault,
+            _ => return None,
+        };
+        Some(Candidate {
+            addr: r.addr,
+            kind: r.kind,
+            class,
+        })
+    }
+
+    /// Draws whether `candidate` becomes a sample, as the source's period would.
+    pub fn draw(&mut self, candidate: &Candidate) -> Option<AccessSample> {
+        let (kind, weight, source) = match candidate.class {
+            CandidateClass::Access => {
+                if self.rate > 1 && self.rng.below(self.rate) != 0 {
                     return None;
                 }
-                (r.kind, self.rate * self.record_weight, SampleSource::Pebs)
+                (
+                    candidate.kind,
+                    self.rate * self.record_weight,
+                    SampleSource::Pebs,
+                )
             }
-            SamplerName::Pebs => {
-                let (p, weight) = if r.is_write() {
-                    (self.store_p, self.store_weight)
-                } else if self.past_filter(r.addr) {
-                    (self.load_p, self.load_weight)
+            CandidateClass::Load | CandidateClass::Store => {
+                let store = candidate.class == CandidateClass::Store;
+                let (p, weight, kind) = if store {
+                    (self.store_p, self.store_weight, AccessKind::Store)
                 } else {
-                    return None;
+                    (self.load_p, self.load_weight, AccessKind::Load)
                 };
                 if self.rng.unit() >= p {
                     return None;
                 }
-                let kind = if r.is_write() {
-                    AccessKind::Store
-                } else {
-                    AccessKind::Load
-                };
                 (kind, weight, SampleSource::Pebs)
             }
-            SamplerName::Ibs => {
-                if !past_llc || self.rng.unit() >= self.load_p {
+            CandidateClass::Op => {
+                if self.rng.unit() >= self.load_p {
                     return None;
                 }
                 (AccessKind::Unknown, self.load_weight, SampleSource::Ibs)
             }
-            SamplerName::Swfault => {
-                if !first_touch {
-                    return None;
-                }
-                (AccessKind::Unknown, 1, SampleSource::SwFault)
-            }
+            CandidateClass::Fault => (AccessKind::Unknown, 1, SampleSource::SwFault),
         };
         self.samples += 1;
         Some(AccessSample {
-            addr: r.addr,
+            addr: candidate.addr,
             weight,
             pid: SIM_PID,
             tid: SIM_PID,

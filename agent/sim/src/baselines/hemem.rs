@@ -103,6 +103,10 @@ impl SimPolicy for HeMem {
         }
     }
 
+    fn learns_from_samples_only(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         if clock.now < self.last + self.interval {
             return;

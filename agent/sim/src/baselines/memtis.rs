@@ -226,6 +226,10 @@ impl SimPolicy for Memtis {
         }
     }
 
+    fn learns_from_samples_only(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, clock: Clock, model: &mut TierModel) {
         if self.need_adapt {
             self.need_adapt = false;

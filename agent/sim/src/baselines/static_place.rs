@@ -107,6 +107,11 @@ impl SimPolicy for StaticPlacement {
 
     fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
 
+    /// It learns nothing: first touch, or a fixed share, places everything.
+    fn learns_from_samples_only(&self) -> bool {
+        true
+    }
+
     fn step(&mut self, _: Clock, _: &mut TierModel) {}
 }
 

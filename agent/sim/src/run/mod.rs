@@ -13,18 +13,25 @@
 //! [`accounting`] is what the accesses cost, [`result`] what the replay reports.
 
 mod accounting;
+mod fast_forward;
+mod llc;
 mod result;
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use serde::Serialize;
 
 pub use self::result::{ByGranularity, SimResult};
-use self::{accounting::Accounting, result::Replay};
+use self::{
+    accounting::Accounting,
+    fast_forward::{PassProfile, PassRecorder},
+    llc::Llc,
+    result::Replay,
+};
 use super::{
     model::{Preset, TierModel},
     policy::{Clock, SimPolicy},
-    sampler::{Collected, FilterCounter, FilterCounts, LineFilter, SIM_PID, Sampler, SamplerName},
+    sampler::{Candidate, Collected, FilterCounter, FilterCounts, SIM_PID, Sampler, SamplerName},
     trace::{TraceError, TraceMeta, TraceRecord, TraceSpec},
 };
 use memtide_common::AccessSample;
@@ -101,15 +108,34 @@ pub struct Footprint {
     pub filters: FilterCounts,
 }
 
-/// Measures a trace's footprint with one pass (memory proportional to the footprint).
+/// Measures a trace's footprint with one pass (memory proportional to the footprint). A trace
+/// repeated more than twice is read for two passes: every pass after the first finds the caches
+/// as the one before left them, so the third and later count what the second did.
 pub fn measure_footprint(spec: &dyn TraceSpec) -> Result<Footprint, TraceError> {
+    match spec.repetition() {
+        Some((inner, passes)) if passes > 2 => {
+            let one = measure_records(inner, u64::MAX)?;
+            let two = measure_records(spec, 2 * one.records)?;
+            Ok(Footprint {
+                bytes: two.bytes,
+                records: one.records * u64::from(passes),
+                filters: FilterCounts::of_passes(one.filters, two.filters, passes),
+            })
+        }
+        _ => measure_records(spec, u64::MAX),
+    }
+}
+
+/// The footprint of the first `limit` records of `spec` (whole fills: a repeated trace's fill
+/// ends at the end of a pass).
+fn measure_records(spec: &dyn TraceSpec, limit: u64) -> Result<Footprint, TraceError> {
     let mut src = spec.open()?;
     let mut filters = FilterCounter::new(src.meta());
     let mut seen = super::model::SpMap::<()>::default();
     let mut buf = Vec::with_capacity(BATCH * 8);
     let mut records = 0;
     let mut last = u64::MAX;
-    loop {
+    while records < limit {
         buf.clear();
         if src.fill(&mut buf, BATCH * 8)? == 0 {
             break;
@@ -161,8 +187,15 @@ impl SampleStream {
         }
     }
 
-    fn offer(&mut self, r: &TraceRecord, first_touch: bool, past_llc: bool) {
-        if let Some(sample) = self.sampler.sample(r, first_touch, past_llc) {
+    /// Offers `r` to the sampler; returns what passed its filters, drawn or not.
+    fn offer(&mut self, r: &TraceRecord, first_touch: bool, past_llc: bool) -> Option<Candidate> {
+        let candidate = self.sampler.candidate(r, first_touch, past_llc)?;
+        self.draw(&candidate);
+        Some(candidate)
+    }
+
+    fn draw(&mut self, candidate: &Candidate) {
+        if let Some(sample) = self.sampler.draw(candidate) {
             self.router.push(sample);
         }
     }
@@ -172,75 +205,6 @@ impl SampleStream {
         self.router.flush();
         out.clear();
         self.delivered.drain_into(out);
-    }
-}
-
-/// The last-level cache between a program and its memory, for traces whose records include
-/// the accesses the caches serve (lackey's): only what misses it reaches a tier, costs a
-/// tier's latency and advances the policies' clock (whose `access_ns` is the time a program
-/// spends per memory access, compute and cache hits included). The model is the samplers'
-/// 32 MiB L3 ([`LineFilter`]), in record units. Page-table policies still see every record
-/// (an access sets the accessed bit whether or not its line was cached); the `ideal` sampler
-/// and the bound see the misses.
-struct Llc {
-    filter: Option<LineFilter>,
-    /// The batch's records that reached memory, when some did not.
-    reached: Vec<bool>,
-    memory: Vec<TraceRecord>,
-}
-
-/// Which records of one batch reached memory.
-enum Reached<'a> {
-    All,
-    Some {
-        reached: &'a [bool],
-        memory: &'a [TraceRecord],
-    },
-}
-
-impl Llc {
-    fn new(meta: &TraceMeta) -> Self {
-        Self {
-            filter: LineFilter::l3(meta),
-            reached: Vec::with_capacity(BATCH),
-            memory: Vec::with_capacity(BATCH),
-        }
-    }
-
-    fn filter(&mut self, batch: &[TraceRecord]) -> Reached<'_> {
-        let Some(filter) = self.filter.as_mut() else {
-            return Reached::All;
-        };
-        self.reached.clear();
-        self.memory.clear();
-        for r in batch {
-            let miss = filter.passes(r.addr);
-            self.reached.push(miss);
-            if miss {
-                self.memory.push(*r);
-            }
-        }
-        Reached::Some {
-            reached: &self.reached,
-            memory: &self.memory,
-        }
-    }
-}
-
-impl Reached<'_> {
-    fn reached(&self, i: usize) -> bool {
-        match self {
-            Self::All => true,
-            Self::Some { reached, .. } => reached[i],
-        }
-    }
-
-    /// The batch's records that reached memory.
-    fn records<'b>(&'b self, batch: &'b [TraceRecord]) -> &'b [TraceRecord] {
-        match self {
-            Self::All => batch,
-            Self::Some { memory, .. } => memory,
-        }
     }
 }
 
@@ -287,53 +251,46 @@ pub fn run_keeping_model(
         None => measure_footprint(spec)?,
     };
     let fast_bytes = fast_bytes(cfg, fp);
-    let mut model = TierModel::new(cfg.preset, fast_bytes);
     let mut src = spec.open()?;
     let meta = src.meta().clone();
-    // The timeline's windows, like the hit ratio, count the records that reached memory.
-    let timeline_every = (fp.filters.past_l3 / cfg.timeline_points.max(1) as u64).max(1);
-    let mut acct = Accounting::new(cfg.preset, &meta, timeline_every);
-    let mut stream = SampleStream::new(Sampler::new(
-        cfg.sampler,
-        cfg.sample_rate,
-        &meta,
-        cfg.seed,
-        fp.filters,
-    ));
+    let mut replayer = Replayer::new(cfg, &meta, fp, fast_bytes);
+    let repeats = fast_forward::Repeats::of(spec, &*policy, fp);
+    let mut recorder = None;
     let mut batch = Vec::with_capacity(BATCH);
-    let mut llc = Llc::new(&meta);
-    let mut samples = Vec::with_capacity(BATCH);
-    let mut last: (u64, usize) = (u64::MAX, 0);
     loop {
+        if let Some(repeats) = &repeats {
+            let replayed = replayer.acct.replayed;
+            if replayed == repeats.records_per_pass && recorder.is_none() {
+                recorder = Some(PassRecorder::new(src.clock(), src.skipped()));
+            }
+            if replayed == 2 * repeats.records_per_pass {
+                break;
+            }
+        }
         batch.clear();
         if src.fill(&mut batch, BATCH)? == 0 {
             break;
         }
-        let memory = llc.filter(&batch);
-        policy.before_batch(memory.records(&batch), &mut model);
-        for (i, r) in batch.iter().enumerate() {
-            let (idx, first_touch) = locate(&mut model, policy, &mut last, r);
-            let page = subpage_index(r.addr);
-            let (fast, huge) = model.touch(idx, page);
-            let past_llc = memory.reached(i);
-            acct.replayed += 1;
-            if past_llc {
-                acct.access(fast, huge, r.is_write());
-            }
-            stream.offer(r, first_touch, past_llc);
-        }
-        stream.take(&mut samples);
-        acct.recorded_clock = src.clock();
-        let clock = Clock {
-            now: acct.clock(cfg.access_ns),
-            records: acct.records,
-        };
-        policy.observe(&batch, &samples, &model, clock);
-        policy.step(clock, &mut model);
-        // A policy's migrations may have split the cached superpage's mapping; the cache holds
-        // only an index, which stays valid.
+        replayer.replay(&batch, src.clock(), policy, recorder.as_mut());
     }
-    acct.recorded_clock = src.clock();
+    let mut skipped_lines = src.skipped();
+    replayer.acct.recorded_clock = src.clock();
+    if let (Some(repeats), Some(recorder)) = (repeats, recorder) {
+        let pass = recorder.finish(src.clock(), skipped_lines);
+        for number in 3..=repeats.passes {
+            replayer.fast_forward(&pass, number, policy);
+        }
+        skipped_lines += pass.skipped * u64::from(repeats.passes - 2);
+        // Where a recording's passes follow each other in time, the last ends `passes` of
+        // them after the start.
+        replayer.acct.recorded_clock = pass.clock.map(|each| each * repeats.passes);
+    }
+    let Replayer {
+        mut acct,
+        stream,
+        model,
+        ..
+    } = replayer;
     acct.finish();
     let replay = Replay {
         spec,
@@ -342,10 +299,113 @@ pub fn run_keeping_model(
         fp,
         fast_bytes,
         samples: stream.sampler.samples,
-        skipped_lines: src.skipped(),
+        skipped_lines,
     };
     let result = replay.result(policy, &model, &acct);
     Ok((result, model))
+}
+
+/// A replay in progress: the tier model, what the accesses cost so far, and the samples on
+/// their way to the policy.
+struct Replayer<'a> {
+    cfg: &'a SimConfig,
+    model: TierModel,
+    acct: Accounting,
+    stream: SampleStream,
+    llc: Llc,
+    samples: Vec<AccessSample>,
+    /// The last record's superpage and its index in the model.
+    last: (u64, usize),
+}
+
+impl<'a> Replayer<'a> {
+    fn new(cfg: &'a SimConfig, meta: &TraceMeta, fp: Footprint, fast_bytes: u64) -> Self {
+        // The timeline's windows, like the hit ratio, count the records that reached memory.
+        let timeline_every = (fp.filters.past_l3 / cfg.timeline_points.max(1) as u64).max(1);
+        Self {
+            cfg,
+            model: TierModel::new(cfg.preset, fast_bytes),
+            acct: Accounting::new(cfg.preset, meta, timeline_every),
+            stream: SampleStream::new(Sampler::new(
+                cfg.sampler,
+                cfg.sample_rate,
+                meta,
+                cfg.seed,
+                fp.filters,
+            )),
+            llc: Llc::new(meta),
+            samples: Vec::with_capacity(BATCH),
+            last: (u64::MAX, 0),
+        }
+    }
+
+    /// One batch of the trace, taken at `clock` (a recording's time), then the policy's step;
+    /// `recorder` keeps what a steady-state pass repeats.
+    fn replay(
+        &mut self,
+        batch: &[TraceRecord],
+        clock: Option<Duration>,
+        policy: &mut dyn SimPolicy,
+        mut recorder: Option<&mut PassRecorder>,
+    ) {
+        let memory = self.llc.filter(batch);
+        policy.before_batch(memory.records(batch), &mut self.model);
+        for (i, r) in batch.iter().enumerate() {
+            let (idx, first_touch) = locate(&mut self.model, policy, &mut self.last, r);
+            let (fast, huge) = self.model.touch(idx, subpage_index(r.addr));
+            let past_llc = memory.reached(i);
+            self.acct.replayed += 1;
+            if past_llc {
+                self.acct.access(fast, huge, r.is_write());
+            }
+            let candidate = self.stream.offer(r, first_touch, past_llc);
+            if let Some(recorder) = recorder.as_deref_mut() {
+                recorder.record(r, idx, past_llc, candidate);
+            }
+        }
+        self.end_batch(batch, clock, policy);
+        if let Some(recorder) = recorder {
+            recorder.end_batch(batch.len(), clock);
+        }
+    }
+
+    /// Pass `number` (from 3) of a repeated trace: the second pass's records that reached
+    /// memory and its sampler candidates, with the second pass's draws of the same sampler:
+    /// what replaying the pass would do, for a policy that learns from samples alone.
+    fn fast_forward(&mut self, pass: &PassProfile, number: u32, policy: &mut dyn SimPolicy) {
+        let earlier = pass.clock.unwrap_or_default() * (number - 2);
+        for b in pass.batches() {
+            policy.before_batch(b.memory, &mut self.model);
+            for (r, &idx) in b.memory.iter().zip(b.memory_superpages) {
+                let (fast, huge) = self.model.touch(idx as usize, subpage_index(r.addr));
+                self.acct.access(fast, huge, r.is_write());
+            }
+            self.acct.replayed += b.records;
+            for c in b.candidates {
+                self.stream.draw(c);
+            }
+            self.end_batch(b.memory, b.clock.map(|at| at + earlier), policy);
+        }
+    }
+
+    /// After a batch's accesses: its samples to the policy, then the policy's step.
+    fn end_batch(
+        &mut self,
+        observed: &[TraceRecord],
+        clock: Option<Duration>,
+        policy: &mut dyn SimPolicy,
+    ) {
+        self.stream.take(&mut self.samples);
+        self.acct.recorded_clock = clock;
+        let clock = Clock {
+            now: self.acct.clock(self.cfg.access_ns),
+            records: self.acct.records,
+        };
+        policy.observe(observed, &self.samples, &self.model, clock);
+        policy.step(clock, &mut self.model);
+        // A policy's migrations may have split the cached superpage's mapping; the cache holds
+        // only an index, which stays valid.
+    }
 }
 
 /// A trace held in memory (tests, benches): opening it is free.

@@ -158,6 +158,13 @@ pub trait TraceSpec: Send + Sync {
     /// A short name for reports.
     fn name(&self) -> String;
     fn open(&self) -> Result<Box<dyn RecordSource>, TraceError>;
+
+    /// For a trace that replays another back to back ([`repeat::Repeated`]): that trace and
+    /// the number of passes. A replay can fast-forward the passes after the second, which
+    /// repeat it record for record, caches included. `None` for every other trace.
+    fn repetition(&self) -> Option<(&dyn TraceSpec, u32)> {
+        None
+    }
 }
 
 /// A trace file.

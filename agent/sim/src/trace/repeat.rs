@@ -27,6 +27,10 @@ impl TraceSpec for Repeated {
         }
     }
 
+    fn repetition(&self) -> Option<(&dyn TraceSpec, u32)> {
+        Some((&*self.inner, self.passes.max(1)))
+    }
+
     fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
         let current = self.inner.open()?;
         let meta = current.meta().clone();
