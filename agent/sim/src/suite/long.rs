@@ -1,9 +1,11 @@
 //! L: long steady states. The server-like real programs replayed [`LONG_PASSES`] times back to
 //! back ([`Repeated`]), so that at the production density their hot sets are sampled as a longer
 //! run would sample them, under the sampling policies at the production density and at the rest
-//! of the page's rate, with the page-table baselines beside them.
+//! of the page's rate, with the page-table baselines beside them; and replayed for an hour of
+//! their clocks ([`LONG_HOUR`]) under the sampling policies at the production density, which
+//! the replay fast-forwards (`run::fast_forward`).
 
-use std::sync::Arc;
+use std::{sync::Arc, time::Duration};
 
 use super::{
     Choice, Job, Matrix, TwoSizes,
@@ -12,8 +14,9 @@ use super::{
 use crate::{
     PolicyName,
     model::PresetName,
+    run,
     sampler::SamplerName,
-    trace::{TraceSpec, repeat::Repeated},
+    trace::{TraceError, TraceSpec, repeat::Repeated},
 };
 
 /// Passes of each trace: 16 passes give a few hundred to a thousand samples per trace at the
@@ -36,6 +39,18 @@ pub const LONG_SAMPLING: [PolicyName; 5] = [
 /// The baselines that sample nothing, run once: the density sweep's references.
 pub const LONG_REFERENCES: [PolicyName; 3] = DENSITY_REFERENCES;
 pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes::new("long-small", "long");
+/// How long the hour-long replays run, of the programs' clocks: what a server's hour of the same
+/// work gives a policy at the production density.
+pub const LONG_HOUR: Duration = Duration::from_secs(3600);
+/// The policies replayed for [`LONG_HOUR`] at the production density: those that learn from
+/// samples and replay fast (free hindsight re-ranks every page it has seen at every batch,
+/// minutes per hour of passes; its 16 passes are in the table).
+pub const LONG_HOUR_SAMPLING: [PolicyName; 4] = [
+    PolicyName::Memtide,
+    PolicyName::Static2m,
+    PolicyName::Hemem,
+    PolicyName::Memtis,
+];
 
 /// The long versions of the [`LONG_TRACES`] among `real`.
 pub(super) fn long_traces(real: &[Arc<dyn TraceSpec>]) -> Vec<Arc<dyn TraceSpec>> {
@@ -50,7 +65,56 @@ pub(super) fn long_traces(real: &[Arc<dyn TraceSpec>]) -> Vec<Arc<dyn TraceSpec>
         .collect()
 }
 
+/// The hour-long versions of the [`LONG_TRACES`] among `real`: as many passes as make at least
+/// [`LONG_HOUR`] of the policies' clock at `access_ns` per access. A pass lasts its records that
+/// reach memory times the accesses each stands for; the first pass, with cold caches, has more
+/// of them than the later ones, so the passes after it are counted from the second.
+pub(super) fn hour_traces(
+    real: &[Arc<dyn TraceSpec>],
+    access_ns: f64,
+) -> Result<Vec<Arc<dyn TraceSpec>>, TraceError> {
+    let mut hour = Vec::new();
+    for t in real {
+        if !LONG_TRACES.contains(&t.name().as_str()) {
+            continue;
+        }
+        let weight = f64::from(t.open()?.meta().record_weight);
+        let clock_ns = |records: u64| records as f64 * weight * access_ns;
+        let first = run::measure_footprint(&**t)?.filters.past_l3;
+        let two = Repeated {
+            inner: Arc::clone(t),
+            passes: 2,
+        };
+        let second = run::measure_footprint(&two)?.filters.past_l3 - first;
+        let after_first = LONG_HOUR.as_nanos() as f64 - clock_ns(first);
+        let later = (after_first / clock_ns(second).max(1.0)).ceil().max(0.0);
+        hour.push(Arc::new(Repeated {
+            inner: Arc::clone(t),
+            passes: (1.0 + later).min(f64::from(u32::MAX)) as u32,
+        }) as Arc<dyn TraceSpec>);
+    }
+    Ok(hour)
+}
+
 impl Matrix<'_> {
+    /// L: every hour-long trace under [`LONG_HOUR_SAMPLING`] at the production density, at both
+    /// fast-tier sizes.
+    pub(super) fn hour_jobs(&self, hour: &[String]) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        for t in hour {
+            for (section, fast) in LONG_SECTIONS.with_sizes(self.base.fast) {
+                for p in LONG_HOUR_SAMPLING {
+                    let choice = Choice::Density(p, LONG_SAMPLER, PRODUCTION_SAMPLE_RATE, 0);
+                    let mut job = self.job(section, t, choice, (PresetName::Pmem, fast));
+                    job.cfg.sampler = LONG_SAMPLER;
+                    job.cfg.sample_rate = PRODUCTION_SAMPLE_RATE;
+                    jobs.push(job);
+                }
+            }
+        }
+        jobs
+    }
+
     /// L: every long trace under [`LONG_SAMPLING`] at each of [`LONG_RATES`] and under
     /// [`LONG_REFERENCES`], at both fast-tier sizes.
     pub(super) fn long_jobs(&self, long: &[String]) -> Vec<Job> {

@@ -11,7 +11,10 @@ pub use self::{
         DENSITY_DRAWS, DENSITY_POLICIES, DENSITY_RATES, DENSITY_REFERENCES, DENSITY_SAMPLERS,
         DRAWN_FROM_RATE, PRODUCTION_SAMPLE_RATE, density_draws,
     },
-    long::{LONG_PASSES, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER, LONG_SAMPLING, LONG_TRACES},
+    long::{
+        LONG_HOUR, LONG_HOUR_SAMPLING, LONG_PASSES, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER,
+        LONG_SAMPLING, LONG_TRACES,
+    },
 };
 
 use std::{
@@ -282,10 +285,16 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
     for t in traces.iter().chain(&long) {
         footprints.insert(t.name(), run::measure_footprint(&**t)?);
     }
+    let hour = long::hour_traces(&traces, base.access_ns)?;
+    let hour_names: Vec<String> = hour.iter().map(|t| t.name()).collect();
+    for t in &hour {
+        footprints.insert(t.name(), run::measure_footprint(&**t)?);
+    }
     let matrix = Matrix {
         by_name: traces
             .iter()
             .chain(&long)
+            .chain(&hour)
             .map(|t| (t.name(), Arc::clone(t)))
             .collect(),
         footprints: &footprints,
@@ -293,6 +302,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
     };
     let mut jobs = matrix.jobs(&traces, &real_names);
     jobs.extend(matrix.long_jobs(&long_names));
+    jobs.extend(matrix.hour_jobs(&hour_names));
     let results = execute(&jobs, args.jobs)?;
     let elapsed = started.elapsed().as_secs_f64();
     let dir = args.out.join("evaluation");
@@ -303,6 +313,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
         traces: traces.iter().map(|t| t.name()).collect(),
         real: real_names,
         long: long_names,
+        hour: hour_names,
         args,
         base,
         elapsed,

@@ -40,6 +40,8 @@ pub(super) struct Report<'a> {
     pub(super) real: Vec<String>,
     /// The long steady states: the server-like real programs replayed several times.
     pub(super) long: Vec<String>,
+    /// The same programs replayed for an hour of their clocks, in the order of `long`.
+    pub(super) hour: Vec<String>,
     pub(super) args: &'a SuiteArgs,
     pub(super) base: &'a SimConfig,
     pub(super) elapsed: f64,
@@ -284,15 +286,16 @@ fn render_section(
     real: &[&str],
     section: impl FnOnce(&Report<'_>, &mut String),
 ) -> String {
-    render_section_with_long(results, real, &[], section)
+    render_section_with_long(results, real, &[], &[], section)
 }
 
-/// [`render_section`] with `long` as the traces of the long steady states.
+/// [`render_section`] with `long` and `hour` as the traces of the long steady states.
 #[cfg(test)]
 fn render_section_with_long(
     results: &Results,
     real: &[&str],
     long: &[&str],
+    hour: &[&str],
     section: impl FnOnce(&Report<'_>, &mut String),
 ) -> String {
     let args = SuiteArgs {
@@ -309,6 +312,7 @@ fn render_section_with_long(
         traces: Vec::new(),
         real: real.iter().map(|t| (*t).to_owned()).collect(),
         long: long.iter().map(|t| (*t).to_owned()).collect(),
+        hour: hour.iter().map(|t| (*t).to_owned()).collect(),
         args: &args,
         base: &base,
         elapsed: 0.0,
