@@ -330,6 +330,7 @@ mod tests {
         for kind in [AccessKind::Unknown, AccessKind::Load, AccessKind::Store] {
             assert_eq!(AccessKind::from_u8(kind as u8), kind);
         }
+        assert_eq!(AccessKind::decode(3), None);
         assert_eq!(AccessKind::from_u8(3), AccessKind::Unknown);
         for source in [
             SampleSource::SwFault,

@@ -49,7 +49,9 @@ pub trait SimPolicy: Send {
 
     /// The records of the last batch (every access: page-table based policies see them through
     /// hint faults and accessed bits) and the samples the source delivered from them, as
-    /// decoded ring records.
+    /// decoded ring records. A policy that [learns from samples
+    /// alone](Self::learns_from_samples_only) may be handed only the records that reached
+    /// memory (a fast-forwarded pass keeps no others).
     fn observe(
         &mut self,
         batch: &[TraceRecord],

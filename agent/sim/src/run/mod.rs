@@ -109,8 +109,9 @@ pub struct Footprint {
 }
 
 /// Measures a trace's footprint with one pass (memory proportional to the footprint). A trace
-/// repeated more than twice is read for two passes: every pass after the first finds the caches
-/// as the one before left them, so the third and later count what the second did.
+/// repeated more than twice is read for one pass and then for two: from the second pass on every
+/// pass starts with the caches in the same state, so the third and later count what the second
+/// did.
 pub fn measure_footprint(spec: &dyn TraceSpec) -> Result<Footprint, TraceError> {
     match spec.repetition() {
         Some((inner, passes)) if passes > 2 => {
@@ -280,7 +281,9 @@ pub fn run_keeping_model(
         for number in 3..=repeats.passes {
             replayer.fast_forward(&pass, number, policy);
         }
-        skipped_lines += pass.skipped * u64::from(repeats.passes - 2);
+        // Every pass skips the same lines; the ones after a pass's last record are read only by
+        // the fill that ends it, which the recorded pass did not make.
+        skipped_lines = pass.skipped * u64::from(repeats.passes);
         // Where a recording's passes follow each other in time, the last ends `passes` of
         // them after the start.
         replayer.acct.recorded_clock = pass.clock.map(|each| each * repeats.passes);
@@ -370,8 +373,8 @@ impl<'a> Replayer<'a> {
     }
 
     /// Pass `number` (from 3) of a repeated trace: the second pass's records that reached
-    /// memory and its sampler candidates, with the second pass's draws of the same sampler:
-    /// what replaying the pass would do, for a policy that learns from samples alone.
+    /// memory and its sampler candidates, drawn afresh by the replay's sampler: what replaying
+    /// the pass would do, for a policy that learns from samples alone.
     fn fast_forward(&mut self, pass: &PassProfile, number: u32, policy: &mut dyn SimPolicy) {
         let earlier = pass.clock.unwrap_or_default() * (number - 2);
         for b in pass.batches() {

@@ -43,8 +43,8 @@ pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes::new("long-small", "long");
 /// work gives a policy at the production density.
 pub const LONG_HOUR: Duration = Duration::from_secs(3600);
 /// The policies replayed for [`LONG_HOUR`] at the production density: those that learn from
-/// samples and replay fast (free hindsight re-ranks every page it has seen at every batch,
-/// minutes per hour of passes; its 16 passes are in the table).
+/// samples and replay fast. Free hindsight (`hindsight-samples`) re-ranks every page it has
+/// seen at each of its re-placements, some 360,000 in an hour; its 16 passes are in the table.
 pub const LONG_HOUR_SAMPLING: [PolicyName; 4] = [
     PolicyName::Memtide,
     PolicyName::Static2m,
@@ -68,7 +68,9 @@ pub(super) fn long_traces(real: &[Arc<dyn TraceSpec>]) -> Vec<Arc<dyn TraceSpec>
 /// The hour-long versions of the [`LONG_TRACES`] among `real`: as many passes as make at least
 /// [`LONG_HOUR`] of the policies' clock at `access_ns` per access. A pass lasts its records that
 /// reach memory times the accesses each stands for; the first pass, with cold caches, has more
-/// of them than the later ones, so the passes after it are counted from the second.
+/// of them than the later ones, so the passes after it are counted from the second. A trace
+/// whose clock is its own (a recording) or whose later passes reach no memory (their clock
+/// would never move) gets no hour-long replay, with a note on stderr: its hour columns are `-`.
 pub(super) fn hour_traces(
     real: &[Arc<dyn TraceSpec>],
     access_ns: f64,
@@ -78,16 +80,28 @@ pub(super) fn hour_traces(
         if !LONG_TRACES.contains(&t.name().as_str()) {
             continue;
         }
-        let weight = f64::from(t.open()?.meta().record_weight);
-        let clock_ns = |records: u64| records as f64 * weight * access_ns;
+        let meta = t.open()?.meta().clone();
+        let clock_ns = |records: u64| records as f64 * f64::from(meta.record_weight) * access_ns;
         let first = run::measure_footprint(&**t)?.filters.past_l3;
         let two = Repeated {
             inner: Arc::clone(t),
             passes: 2,
         };
         let second = run::measure_footprint(&two)?.filters.past_l3 - first;
+        if meta.time_marks || second == 0 {
+            eprintln!(
+                "no hour-long replay of {}: {}",
+                t.name(),
+                if meta.time_marks {
+                    "its clock is the recording's"
+                } else {
+                    "its passes after the first reach no memory"
+                }
+            );
+            continue;
+        }
         let after_first = LONG_HOUR.as_nanos() as f64 - clock_ns(first);
-        let later = (after_first / clock_ns(second).max(1.0)).ceil().max(0.0);
+        let later = (after_first / clock_ns(second)).ceil().max(1.0);
         hour.push(Arc::new(Repeated {
             inner: Arc::clone(t),
             passes: (1.0 + later).min(f64::from(u32::MAX)) as u32,

@@ -10,8 +10,8 @@ use crate::{
     PolicyName,
     run::SimResult,
     suite::{
-        Choice, LONG_HOUR, LONG_HOUR_SAMPLING, LONG_PASSES, LONG_RATES, LONG_REFERENCES,
-        LONG_SAMPLER, LONG_SAMPLING, PRODUCTION_SAMPLE_RATE, long::LONG_SECTIONS,
+        Choice, LONG_HOUR_SAMPLING, LONG_PASSES, LONG_RATES, LONG_REFERENCES, LONG_SAMPLER,
+        LONG_SAMPLING, PRODUCTION_SAMPLE_RATE, long::LONG_SECTIONS,
     },
 };
 
@@ -73,7 +73,6 @@ impl Report<'_> {
                 ("production", PRODUCTION_SAMPLE_RATE.to_string()),
                 ("clock", covered.clock),
                 ("samples", covered.samples),
-                ("hour_minutes", (LONG_HOUR.as_secs() / 60).to_string()),
                 ("hour_passes", hour.passes),
                 ("hour_clock", hour.clock),
                 ("hour_samples", hour.samples),
@@ -262,7 +261,7 @@ impl Report<'_> {
 enum Span {
     /// [`LONG_PASSES`] passes.
     Passes,
-    /// [`LONG_HOUR`] of the programs' clocks.
+    /// [`LONG_HOUR`](crate::suite::LONG_HOUR) of the programs' clocks.
     Hour,
 }
 
