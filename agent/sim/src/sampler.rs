@@ -325,7 +325,9 @@ impl Sampler {
     /// The sample the source delivers for `r`, if any. `first_touch`: the record is the first
     /// access to its superpage (where the process faults); `past_llc`: it missed the replay's
     /// LLC model, which is what `ideal` samples and what IBS's `l3missonly` passes (PEBS
-    /// applies its own L2 filter).
+    /// applies its own L2 filter). The replay calls the two halves itself, [`Self::candidate`]
+    /// to record a steady pass's candidates and [`Self::draw`]; the tests ask for both at once.
+    #[cfg(test)]
     pub fn sample(
         &mut self,
         r: &TraceRecord,
