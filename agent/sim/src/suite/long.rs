@@ -43,13 +43,14 @@ pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes::new("long-small", "long");
 /// work gives a policy at the production density.
 pub const LONG_HOUR: Duration = Duration::from_secs(3600);
 /// The policies replayed for [`LONG_HOUR`] at the production density: those that learn from
-/// samples and replay fast. Free hindsight (`hindsight-samples`) re-ranks every page it has
-/// seen at each of its re-placements, some 360,000 in an hour; its 16 passes are in the table.
-pub const LONG_HOUR_SAMPLING: [PolicyName; 4] = [
+/// samples, which the replay fast-forwards. Free hindsight (`hindsight-samples`) among them
+/// says how much of the hot set an hour of the samples can show at all.
+pub const LONG_HOUR_SAMPLING: [PolicyName; 5] = [
     PolicyName::Memtide,
     PolicyName::Static2m,
     PolicyName::Hemem,
     PolicyName::Memtis,
+    PolicyName::HindsightSamples,
 ];
 
 /// The long versions of the [`LONG_TRACES`] among `real`.
