@@ -74,12 +74,13 @@ pub struct Hindsight {
     due: Duration,
     /// The pages and the superpages the last re-placement ranked first.
     ranked: [HashSet<u64>; 2],
-    /// Something was counted since the last re-placement, and which placement that one held
-    /// (superpages: `true`). A re-placement with nothing new ranks the same keys in the same
-    /// order; while the scores still choose the same placement (halving both keeps their
-    /// order until both reach zero) it would hold the same pages, and is skipped: at a sparse
-    /// sampler's density (a sample every few batches) that is most of them.
+    /// Something was counted since the last re-placement. A re-placement with nothing new
+    /// ranks the same keys in the same order; while the scores still choose the same
+    /// placement (halving both keeps their order until both reach zero) it would hold the
+    /// same pages, and is skipped: at a sparse sampler's density (a sample every few batches)
+    /// that is most of them.
     counted_since: bool,
+    /// The placement the last re-placement held (superpages: `true`; `None` before any).
     held_superpages: Option<bool>,
     /// Re-placements that ranked the tables.
     #[cfg(test)]

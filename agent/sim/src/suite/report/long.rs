@@ -93,14 +93,7 @@ impl Report<'_> {
                     "first_size",
                     sizes.first().map_or("-".to_owned(), |(_, f)| f.to_string()),
                 ),
-                (
-                    "hindsight_hour_traces",
-                    if by_trace.is_empty() {
-                        "-".to_owned()
-                    } else {
-                        by_trace
-                    },
-                ),
+                ("hindsight_hour_traces", by_trace),
                 ("moves_verdict", verdict(idle.is_empty()).to_owned()),
                 (
                     "idle",
@@ -116,7 +109,7 @@ impl Report<'_> {
 
     /// What the hour's samples can show at all: free hindsight from them at the production
     /// density over memtide's hit ratio at the dense rate, the geometric means at each size, and
-    /// by trace at the first size (`kv.mt 0.95, …`).
+    /// by trace at the first size (`kv.mt 0.95, …`; `-` when none has both runs).
     fn hour_reach(&self, sizes: &[(&str, crate::run::FastSize)]) -> (Option<Vec<f64>>, String) {
         let dense = LONG_RATES[0];
         let free = PolicyName::HindsightSamples;
@@ -132,17 +125,14 @@ impl Report<'_> {
             })
             .collect::<Option<Vec<f64>>>();
         let Some((section, _)) = sizes.first() else {
-            return (reach, String::new());
+            return (reach, "-".to_owned());
         };
         let by_trace = self
             .hour
             .iter()
             .filter_map(|hour| {
-                let name = hour.rsplit_once('×')?.0;
-                let passes = self
-                    .long
-                    .iter()
-                    .find(|t| t.rsplit_once('×').map(|(n, _)| n) == Some(name))?;
+                let name = program(hour);
+                let passes = self.long.iter().find(|t| program(t) == name)?;
                 let hit = |trace, p, rate| {
                     self.long_run(section, trace, p, rate)
                         .map(|r| r.fast_hit_ratio)
@@ -152,7 +142,12 @@ impl Report<'_> {
                 Some(format!("{name} {ratio:.2}"))
             })
             .collect::<Vec<_>>();
-        (reach, by_trace.join(", "))
+        let by_trace = if by_trace.is_empty() {
+            "-".to_owned()
+        } else {
+            by_trace.join(", ")
+        };
+        (reach, by_trace)
     }
 
     /// What the long traces cover over `span`, from memtide's runs at the production density in
@@ -333,14 +328,13 @@ struct LongCoverage {
 
 /// "kv.mt, sqlite.mt": the programs the long traces repeat.
 fn programs(long: &[String]) -> String {
-    let names: Vec<&str> = long
-        .iter()
-        .map(|t| {
-            t.rsplit_once('×')
-                .map_or(t.as_str(), |(program, _)| program)
-        })
-        .collect();
+    let names: Vec<&str> = long.iter().map(|t| program(t)).collect();
     names.join(", ")
+}
+
+/// "kv.mt" of "kv.mt×16": the program a repeated trace repeats (`Repeated`'s name).
+fn program(trace: &str) -> &str {
+    trace.rsplit_once('×').map_or(trace, |(program, _)| program)
 }
 
 /// "10 % and 25 %": the sizes in order.
