@@ -204,6 +204,39 @@ fn a_target_above_its_share_demotes_the_excess_coldest_first() {
 }
 
 #[test]
+fn a_budget_below_a_superpage_per_plan_saves_up_for_one() {
+    // A full fast tier of never-sampled 2 MiB superpages, the watermark asking for some room,
+    // and plans every 50 ms at 24 MiB/s, which accrue 1.2 MiB each: less than any victim. What
+    // a plan does not spend is saved for the next, so a superpage goes out whole within a few
+    // plans (before, no plan could ever afford one), and what moves never outruns the rate.
+    let mut c = cfg();
+    c.policy.epoch.initial_ms = 50;
+    c.policy.capacity.demote_bytes_per_s = 24 * MIB;
+    let mut e = Tiering::new(c).unwrap();
+    let mut model = TierModel::new(0, 64 * MIB, Tier::Fast, 64 * MIB);
+    let plans: Vec<Plan> = (1..=4)
+        .map(|i| {
+            let p = e.plan(ms(i * 50), &model, &model.capacity());
+            model.apply(&p);
+            p
+        })
+        .collect();
+    assert!(plans[0].demote_budget < SUPERPAGE_SIZE, "{:?}", plans[0]);
+    let whole =
+        |m: &PlannedMove| m.direction == Direction::Demote && m.granularity == Granularity::MIB_2;
+    assert!(plans.iter().flat_map(|p| &p.moves).any(whole), "{plans:?}");
+    let mut demoted = 0;
+    for (i, p) in plans.iter().enumerate() {
+        demoted += p.demote_bytes;
+        let accrued = (i as u64 + 1) * 24 * MIB / 20;
+        assert!(
+            demoted <= accrued,
+            "plan {i}: {demoted} demoted, {accrued} accrued"
+        );
+    }
+}
+
+#[test]
 fn above_high_watermark_the_coldest_is_demoted() {
     let mut e = Tiering::new(cfg()).unwrap();
     // Everything starts fast and the fast tier is full; only a few pages are hot.

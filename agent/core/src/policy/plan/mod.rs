@@ -166,6 +166,8 @@ pub struct Planner {
     retention: learn::Retention,
     /// The engine's closed intervals when the planner last learned from an epoch.
     learned_through: Option<u64>,
+    /// (promote, demote) budget the last plan left unspent, saved for the next.
+    unspent: (u64, u64),
 }
 
 impl Planner {
@@ -185,6 +187,7 @@ impl Planner {
             prev_touched: None,
             retention: learn::Retention::default(),
             learned_through: None,
+            unspent: (0, 0),
             cfg,
         }
     }
@@ -298,6 +301,10 @@ impl Planner {
             room_left,
             swapped,
         } = selection.finish();
+        self.unspent = (
+            promote_budget.saturating_sub(out.promote_bytes),
+            demote_budget.saturating_sub(out.demote_bytes),
+        );
         let pingpong = self.record_moves(&out.moves, &costs, epoch, learns);
         self.last_capacity_bound = swapped || (room_left <= 0 && out.promote_bytes < would_promote);
         let moves = out.moves.iter().map(|m| m.mv).collect();
@@ -362,7 +369,7 @@ impl Planner {
     /// is bandwidth-bound with the fast tier's BW-AWARE share of the traffic.
     fn limits(&self, hot: &HotnessView<'_>, cap: &CapacityView, elapsed_ms: u64) -> Limits {
         let pc = &self.cfg;
-        let (promote_budget, demote_budget) = pc.capacity.budget(elapsed_ms);
+        let (promote_budget, demote_budget) = pc.capacity.budget_after(elapsed_ms, self.unspent);
         let bw = if pc.bandwidth.enabled {
             pc.bandwidth.bandwidths(cap)
         } else {
