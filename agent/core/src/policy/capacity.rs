@@ -124,15 +124,12 @@ impl CapacityConfig {
     #[must_use]
     pub fn budget_after(&self, elapsed_ms: u64, unspent: (u64, u64)) -> (u64, u64) {
         let (promote, demote) = self.budget(elapsed_ms);
+        let saved = |left: u64, accrued: u64, most: u64| {
+            left.saturating_add(accrued).min(accrued.max(most))
+        };
         (
-            unspent
-                .0
-                .saturating_add(promote)
-                .min(promote.max(SUPERPAGE_SIZE)),
-            unspent
-                .1
-                .saturating_add(demote)
-                .min(demote.max(2 * SUPERPAGE_SIZE)),
+            saved(unspent.0, promote, SUPERPAGE_SIZE),
+            saved(unspent.1, demote, 2 * SUPERPAGE_SIZE),
         )
     }
 }
