@@ -86,9 +86,10 @@ impl SuperpageRecord {
         read_samples(f64::from(self.heat_r) + write_factor * f64::from(self.heat_w))
     }
 
-    /// Samples (or DAMON credits) reached it in the interval still open.
-    pub(crate) fn sampled_in_open_interval(&self) -> bool {
-        self.ivl_r | self.ivl_w != 0
+    /// Accesses sampled in the interval still open, in read samples (for a target DAMON
+    /// watches, its credits count as samples).
+    pub(crate) fn open_accesses(&self, write_factor: f64) -> u32 {
+        read_samples(f64::from(self.ivl_r) + write_factor * f64::from(self.ivl_w))
     }
 
     /// Nothing counted, nothing to cool, no stage-2 slot and nothing the epoch's end resets:

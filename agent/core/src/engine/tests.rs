@@ -545,23 +545,30 @@ fn a_ring_record_becomes_a_sample_weighing_its_period() {
 }
 
 #[test]
-fn a_superpage_that_comes_back_in_the_open_interval_is_not_a_burst_that_passed() {
+fn the_open_intervals_samples_are_read_apart_until_its_close() {
     // Cooling on time alone, so that closes without samples cool a small count to 0.
     let mut e = new_engine(EngineConfig {
         cool_after_samples: 0,
         ..cfg()
     });
     e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 4], MS);
-    // A first touch: no heat until the close, and never seen before.
-    assert!(e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
+    // A first touch: no heat until the close, its samples in the open interval.
+    let first = record(&e, SUPERPAGE_SIZE);
+    assert_eq!(
+        (e.view().accesses(&first), e.view().open_accesses(&first)),
+        (0, 4)
+    );
     e.tick(50 * MS);
-    assert!(!e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
-    // Closes without samples cool it to nothing: a burst that has passed.
+    let closed = record(&e, SUPERPAGE_SIZE);
+    assert_eq!(e.view().open_accesses(&closed), 0);
+    assert!(e.view().accesses(&closed) > 0);
+    // Closes without samples cool it to nothing; it comes back in the open interval.
     e.tick(300 * MS);
-    assert!(e.view().burst_over_or_first(&record(&e, SUPERPAGE_SIZE)));
-    // It comes back: its samples sit in the open interval and stage 1 holds none yet.
+    assert_eq!(e.view().accesses(&record(&e, SUPERPAGE_SIZE)), 0);
     e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 4], 301 * MS);
     let back = record(&e, SUPERPAGE_SIZE);
-    assert_eq!(e.view().accesses(&back), 0);
-    assert!(!e.view().burst_over_or_first(&back));
+    assert_eq!(
+        (e.view().accesses(&back), e.view().open_accesses(&back)),
+        (0, 4)
+    );
 }

@@ -114,15 +114,9 @@ impl<'a> HotnessView<'a> {
         rec.accesses(self.write_factor())
     }
 
-    /// Whether stage 1 holds no heat for `rec` and its pages' samples are a burst that has
-    /// passed (stage 1 cooled it to nothing, no sample in the open interval) or a first touch
-    /// (never seen before the open interval). Stage 2 counts a sample at once and stage 1 at
-    /// the interval's close, so a superpage that comes back in the open interval has no heat
-    /// yet while its pages hold samples: a reuse beginning, which the burst rule must not
-    /// take for one that has passed (a stencil's rows at 1 in 64). A first touch is a single
-    /// pass as likely as not (a stream's next superpage).
-    pub(crate) fn burst_over_or_first(&self, rec: &SuperpageRecord) -> bool {
-        self.accesses(rec) == 0 && (!rec.sampled_in_open_interval() || !rec.seen())
+    /// A record's accesses sampled in the interval still open, in read samples.
+    pub(crate) fn open_accesses(&self, rec: &SuperpageRecord) -> u32 {
+        rec.open_accesses(self.write_factor())
     }
 
     /// Cooled accesses (as [`Self::accesses`]) that rank a superpage among the `n` hottest

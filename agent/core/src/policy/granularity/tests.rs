@@ -446,25 +446,35 @@ fn fixed_granularity_never_changes_and_ignores_density() {
 }
 
 #[test]
-fn colder_than_what_the_fast_tier_holds_needs_both_bars_or_a_burst_that_passed() {
-    let min_samples = 3;
+fn colder_than_what_the_fast_tier_holds_needs_both_bars() {
     // Below the hot set's cut-off beyond noise, and the fast tier holds no more than the hot
     // set: colder.
-    assert!(colder_than_fast(0, (10, 10), 1, min_samples));
-    assert!(colder_than_fast(4, (10, 12), 1, min_samples));
+    assert!(colder_than_fast((0, 0), (10, 10)));
+    assert!(colder_than_fast((4, 0), (10, 12)));
     // One superpage carries the hot set (cut-off 205) while the fast tier holds ten, the tenth
     // with a count of 2: a superpage with 1 ranks among them within noise.
-    assert!(!colder_than_fast(1, (205, 2), 1, min_samples));
-    assert!(!colder_than_fast(0, (205, 1), 2, min_samples));
+    assert!(!colder_than_fast((1, 0), (205, 2)));
+    assert!(!colder_than_fast((0, 0), (205, 1)));
     // Beyond noise of the fast tier's bar too: colder.
-    assert!(colder_than_fast(2, (205, 20), 2, min_samples));
-    // Cooled to nothing after a run of samples (its pages still hold the floor): a burst that
-    // has passed, whatever the bars.
-    assert!(colder_than_fast(0, (205, 1), 3, min_samples));
-    assert!(colder_than_fast(0, (1, 1), 50, min_samples));
-    // Any count left, or never more than a sample or two: its silence shows nothing.
-    assert!(!colder_than_fast(1, (1, 1), 50, min_samples));
-    assert!(!colder_than_fast(0, (1, 1), 2, min_samples));
-    // No floor configured: a single sample is a run.
-    assert!(colder_than_fast(0, (1, 1), 1, 0));
+    assert!(colder_than_fast((2, 0), (205, 20)));
+    // Cooled to nothing with nothing in the open interval: colder where the bars can tell
+    // (3 or more), not where a steadily warm superpage draws a sample or two in all.
+    assert!(colder_than_fast((0, 0), (3, 3)));
+    assert!(!colder_than_fast((0, 0), (2, 2)));
+    assert!(!colder_than_fast((1, 0), (1, 1)));
+}
+
+#[test]
+fn a_superpage_without_cooled_heat_is_judged_by_its_open_interval() {
+    let bars = (3, 3);
+    // A first touch whose samples all fell in the interval still open: two samples against a
+    // cut-off of 3 are within noise, whatever its cooled count of 0 says.
+    assert!(!colder_than_fast((0, 2), bars));
+    // Nothing sampled in the open interval either: colder.
+    assert!(colder_than_fast((0, 0), bars));
+    // Against a hot set at 10, two open samples are below beyond noise.
+    assert!(colder_than_fast((0, 2), (10, 10)));
+    // With cooled heat, the open interval is not read: closed intervals alone, as the cut-off.
+    assert!(colder_than_fast((1, 9), (10, 10)));
+    assert!(!colder_than_fast((5, 0), (10, 10)));
 }

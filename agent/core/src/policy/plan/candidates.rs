@@ -271,8 +271,7 @@ impl Planner {
 /// What a stage-2 superpage's counts are measured against.
 #[derive(Clone, Copy)]
 struct RegionBars {
-    /// Samples a promotion needs (`benefit.min_samples`); also what the stage-2 samples of a
-    /// superpage stage 1 has cooled to nothing must reach for its silence to show it cold.
+    /// Samples a part of a superpage needs to move on its own (`benefit.min_samples`).
     min_samples: u32,
     /// Stage-1 accesses that rank a superpage among those the fast tier can hold whole.
     fits_fast: u32,
@@ -300,15 +299,6 @@ fn scan_region(
     }
     let rec = hot.superpage(sp);
     let count = rec.map_or(0, |rec| hot.accesses(rec));
-    // Only a superpage stage 1 holds no heat for, whose burst is over or first, is judged by
-    // its stage-2 samples ([`colder_than_fast`]): the sum is read for those alone.
-    let stage2_samples: u32 = if rec.is_some_and(|rec| hot.burst_over_or_first(rec)) {
-        set_pages(hot.counted_pages(slot))
-            .map(|p| subpage::value(r[p]).saturating_add(subpage::value(w[p])))
-            .fold(0, u32::saturating_add)
-    } else {
-        0
-    };
     let region = ScanRegion {
         sp,
         accessed,
@@ -318,10 +308,8 @@ fn scan_region(
         sampled,
         hot: count >= hot.hot_cutoff.max(1),
         colder_than_fast: colder_than_fast(
-            count,
+            (count, rec.map_or(0, |rec| hot.open_accesses(rec))),
             (hot.hot_cutoff, bars.fits_fast),
-            stage2_samples,
-            bars.min_samples,
         ),
         fits_fast: count >= bars.fits_fast.max(1),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
