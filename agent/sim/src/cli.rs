@@ -457,8 +457,11 @@ fn run_notes(r: &super::run::SimResult, cfg: &SimConfig, preset: &Preset, record
         recording_notes(r, cfg, short);
     } else if short {
         eprintln!(
-            "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
-            r.simulated_clock_s, r.memory_records, r.record_weight, cfg.access_ns
+            "memtide: note: the trace spans only {:.3} s of simulated time ({} records past the LLC × {} accesses × {:.1} ns), less than two of the engine's first epochs; if the trace was sampled, pass --record-weight (scripts/capture-lackey-traces.sh keeps 1 in 64)",
+            r.simulated_clock_s,
+            r.memory_records,
+            r.record_weight,
+            cfg.access_pace_ns(r.mlp)
         );
     }
 }

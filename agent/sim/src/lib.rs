@@ -41,7 +41,7 @@ use self::{
     oracle::EpochOracle,
     policy::{EnginePolicy, EngineVariant, SimPolicy},
     run::{BATCH, SimConfig},
-    trace::{TraceError, TraceSpec},
+    trace::{TraceError, TraceMeta, TraceSpec},
 };
 use memtide_core::units::Granularity;
 
@@ -155,8 +155,8 @@ pub enum SimError {
 
 /// Epoch oracle's epoch: 1 s of simulated time (the engine's initial epoch), in whole batches.
 #[must_use]
-pub fn oracle_window(record_weight: u32, cfg: &SimConfig) -> u64 {
-    let per_record_ns = f64::from(record_weight) * cfg.access_ns;
+pub fn oracle_window(meta: &TraceMeta, cfg: &SimConfig) -> u64 {
+    let per_record_ns = f64::from(meta.record_weight) * cfg.access_pace_ns(meta.mlp);
     let records = (1e9 / per_record_ns) as u64;
     (records / BATCH as u64).max(1) * BATCH as u64
 }
@@ -195,10 +195,10 @@ pub fn make_policy(
             Box::new(Hindsight::every(Duration::from_millis(epoch.min_ms)))
         }
         PolicyName::OracleEpoch => {
-            let weight = spec.open()?.meta().record_weight;
+            let meta = spec.open()?.meta().clone();
             Box::new(EpochOracle::new(
                 spec,
-                oracle_window(weight, cfg),
+                oracle_window(&meta, cfg),
                 fast_capacity_bytes,
             )?)
         }

@@ -9,7 +9,7 @@ use crate::{model::Preset, trace::TraceMeta};
 /// Records per projected-time window (the bandwidth term is evaluated per window).
 const TIME_WINDOW: u64 = 4096;
 /// Bytes one access moves (a cache line), for the bandwidth term.
-const LINE: f64 = 64.0;
+pub(crate) const LINE: f64 = 64.0;
 
 #[derive(Default)]
 struct Window {
@@ -23,8 +23,12 @@ struct Window {
 pub(super) struct Accounting {
     preset: Preset,
     /// Accesses per record.
-    pub(super) k: f64,
+    k: f64,
     mlp: f64,
+    /// The policies' time per access where the trace carries none ([`SimConfig::access_pace_ns`]).
+    ///
+    /// [`SimConfig::access_pace_ns`]: super::SimConfig::access_pace_ns
+    pace_ns: f64,
     win: Window,
     pub(super) time_ns: f64,
     pub(super) all_fast_ns: f64,
@@ -42,11 +46,12 @@ pub(super) struct Accounting {
 }
 
 impl Accounting {
-    pub(super) fn new(preset: Preset, meta: &TraceMeta, timeline_every: u64) -> Self {
+    pub(super) fn new(preset: Preset, meta: &TraceMeta, pace_ns: f64, timeline_every: u64) -> Self {
         Self {
             preset,
             k: f64::from(meta.record_weight),
             mlp: f64::from(meta.mlp.max(1)),
+            pace_ns,
             win: Window::default(),
             time_ns: 0.0,
             all_fast_ns: 0.0,
@@ -63,11 +68,15 @@ impl Accounting {
     }
 
     /// The policies' clock after the records so far: the trace's own time where it has one,
-    /// the nominal time per access otherwise.
-    pub(super) fn clock(&self, access_ns: f64) -> Duration {
-        self.recorded_clock.unwrap_or_else(|| {
-            Duration::from_nanos((self.records as f64 * self.k * access_ns) as u64)
-        })
+    /// the nominal pace per access otherwise.
+    pub(super) fn clock(&self) -> Duration {
+        self.recorded_clock
+            .unwrap_or_else(|| Duration::from_nanos(self.nominal_clock_ns() as u64))
+    }
+
+    /// Nanoseconds of the nominal clock that the records so far span.
+    pub(super) fn nominal_clock_ns(&self) -> f64 {
+        self.records as f64 * self.k * self.pace_ns
     }
 
     /// One record, served by the fast tier or not, through a huge mapping or not.

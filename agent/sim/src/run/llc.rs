@@ -8,8 +8,9 @@ use crate::{
 
 /// The last-level cache between a program and its memory, for traces whose records include
 /// the accesses the caches serve (lackey's): only what misses it reaches a tier, costs a
-/// tier's latency and advances the policies' clock (whose `access_ns` is the time a program
-/// spends per memory access, compute and cache hits included). The model is the samplers'
+/// tier's latency and advances the policies' clock (whose pace,
+/// [`super::SimConfig::access_pace_ns`], is the time a program spends per memory access, compute
+/// and cache hits included). The model is the samplers'
 /// 32 MiB L3 ([`LineFilter`]), in record units. Page-table policies still see every record
 /// (an access sets the accessed bit whether or not its line was cached); the `ideal` sampler
 /// and the bound see the misses.

@@ -2,8 +2,9 @@
 //! time out.
 //!
 //! Time: one record stands for `record_weight` accesses (the trace's declared sampling), and the
-//! policies' clock advances a nominal [`SimConfig::access_ns`] per access, so a trace of
-//! `n` records spans `n × record_weight × access_ns` of program time whatever the policy does.
+//! policies' clock advances a nominal pace per access ([`SimConfig::access_pace_ns`]: the
+//! nominal [`SimConfig::access_ns`] over the trace's parallelism), so a trace of `n` records
+//! spans `n × record_weight × pace` of program time whatever the policy does.
 //! A trace that carries the time its records were taken (a recording, `TraceMeta::time_marks`)
 //! sets the clock instead: its epochs pass as they passed while it was recorded.
 //! The sampling policies see what [`SimConfig::sampler`] delivers ([`super::sampler`]), routed
@@ -71,7 +72,9 @@ pub struct SimConfig {
     /// One sample per this many records on average (every sampler but `swfault`).
     pub sample_rate: u32,
     pub seed: u64,
-    /// Nominal time per access for the policies' clock, ns. Default 250.
+    /// Nominal time per access of a latency-bound program (one stream: its compute and a fast
+    /// access) for the policies' clock, ns. Default 250. A trace's own pace is this over its
+    /// parallelism ([`Self::access_pace_ns`]).
     pub access_ns: f64,
     /// Points of the hit-ratio timeline.
     pub timeline_points: usize,
@@ -83,6 +86,19 @@ pub struct SimConfig {
 }
 
 impl SimConfig {
+    /// The policies' time per access for a trace of `mlp` independent streams that carries
+    /// no time of its own: [`Self::access_ns`] over the streams, no faster than the fast tier
+    /// streams cache lines. That is about the pace of the program's all-fast run in the tier
+    /// model (`access_ns` 250 against `pmem`'s 150 ns of compute and 80 of a fast access), so
+    /// its epochs, and the migration budget they accrue, pass about as its run would. One pace
+    /// for every `mlp` let a bandwidth-bound trace (`bw-multistream`, mlp 1024: all-fast in
+    /// 0.2 s) span 16 s of the clock, and the budget, a rate per second of it, let the
+    /// policies move 80 times what its run could absorb.
+    #[must_use]
+    pub fn access_pace_ns(&self, mlp: u32) -> f64 {
+        (self.access_ns / f64::from(mlp.max(1))).max(accounting::LINE / self.preset.fast_gbps)
+    }
+
     #[must_use]
     pub fn new(preset: Preset) -> Self {
         Self {
@@ -310,8 +326,7 @@ pub fn run_keeping_model(
 
 /// A replay in progress: the tier model, what the accesses cost so far, and the samples on
 /// their way to the policy.
-struct Replayer<'a> {
-    cfg: &'a SimConfig,
+struct Replayer {
     model: TierModel,
     acct: Accounting,
     stream: SampleStream,
@@ -321,14 +336,18 @@ struct Replayer<'a> {
     last: (u64, usize),
 }
 
-impl<'a> Replayer<'a> {
-    fn new(cfg: &'a SimConfig, meta: &TraceMeta, fp: Footprint, fast_bytes: u64) -> Self {
+impl Replayer {
+    fn new(cfg: &SimConfig, meta: &TraceMeta, fp: Footprint, fast_bytes: u64) -> Self {
         // The timeline's windows, like the hit ratio, count the records that reached memory.
         let timeline_every = (fp.filters.past_l3 / cfg.timeline_points.max(1) as u64).max(1);
         Self {
-            cfg,
             model: TierModel::new(cfg.preset, fast_bytes),
-            acct: Accounting::new(cfg.preset, meta, timeline_every),
+            acct: Accounting::new(
+                cfg.preset,
+                meta,
+                cfg.access_pace_ns(meta.mlp),
+                timeline_every,
+            ),
             stream: SampleStream::new(Sampler::new(
                 cfg.sampler,
                 cfg.sample_rate,
@@ -401,7 +420,7 @@ impl<'a> Replayer<'a> {
         self.stream.take(&mut self.samples);
         self.acct.recorded_clock = clock;
         let clock = Clock {
-            now: self.acct.clock(self.cfg.access_ns),
+            now: self.acct.clock(),
             records: self.acct.records,
         };
         policy.observe(observed, &self.samples, &self.model, clock);
@@ -500,6 +519,24 @@ mod tests {
             records,
             seed: 9,
         }
+    }
+
+    /// The policies' clock runs at the program's own all-fast pace whatever its parallelism:
+    /// a bandwidth-bound trace (mlp 1024) spanned 80 times its all-fast run when the clock
+    /// ignored the parallelism, and the migration budget, a rate per second of that clock,
+    /// with it.
+    #[test]
+    fn the_clock_keeps_the_pace_of_the_all_fast_run() {
+        let cfg = SimConfig::new(PresetName::Pmem.preset());
+        for w in Workload::ALL {
+            let run = simulate(&spec(w, 100_000), PolicyName::NoMigration, &cfg).unwrap();
+            let ratio = run.simulated_clock_s / run.all_fast_time_s;
+            assert!((0.9..1.25).contains(&ratio), "{w:?}: {ratio}");
+        }
+        assert!((cfg.access_pace_ns(1) - cfg.access_ns).abs() < 1e-9);
+        assert!((cfg.access_pace_ns(2) - cfg.access_ns / 2.0).abs() < 1e-9);
+        // 64 B per access at 20 GB/s: the fast tier's lines, not the latency, set the pace.
+        assert!((cfg.access_pace_ns(1024) - 3.2).abs() < 1e-9);
     }
 
     #[test]

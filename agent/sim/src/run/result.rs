@@ -144,9 +144,7 @@ impl Replay<'_> {
             migration_time_s: m.cost_ns * 1e-9,
             simulated_clock_s: acct
                 .recorded_clock
-                .map_or(records as f64 * acct.k * self.cfg.access_ns * 1e-9, |at| {
-                    at.as_secs_f64()
-                }),
+                .map_or(acct.nominal_clock_ns() * 1e-9, |at| at.as_secs_f64()),
             timeline: acct.timeline.clone(),
             skipped_lines: self.skipped_lines,
             policy_info: policy.info(),

@@ -14,7 +14,7 @@ use super::{
 use crate::{
     PolicyName,
     model::PresetName,
-    run,
+    run::{self, SimConfig},
     sampler::SamplerName,
     trace::{TraceError, TraceSpec, repeat::Repeated},
 };
@@ -67,14 +67,14 @@ pub(super) fn long_traces(real: &[Arc<dyn TraceSpec>]) -> Vec<Arc<dyn TraceSpec>
 }
 
 /// The hour-long versions of the [`LONG_TRACES`] among `real`: as many passes as make at least
-/// [`LONG_HOUR`] of the policies' clock at `access_ns` per access. A pass lasts its records that
+/// [`LONG_HOUR`] of the policies' clock at `cfg`'s pace per access. A pass lasts its records that
 /// reach memory times the accesses each stands for; the first pass, with cold caches, has more
 /// of them than the later ones, so the passes after it are counted from the second. A trace
 /// whose clock is its own (a recording) or whose later passes reach no memory (their clock
 /// would never move) gets no hour-long replay, with a note on stderr: its hour columns are `-`.
 pub(super) fn hour_traces(
     real: &[Arc<dyn TraceSpec>],
-    access_ns: f64,
+    cfg: &SimConfig,
 ) -> Result<Vec<Arc<dyn TraceSpec>>, TraceError> {
     let mut hour = Vec::new();
     for t in real {
@@ -82,7 +82,8 @@ pub(super) fn hour_traces(
             continue;
         }
         let meta = t.open()?.meta().clone();
-        let clock_ns = |records: u64| records as f64 * f64::from(meta.record_weight) * access_ns;
+        let pace_ns = cfg.access_pace_ns(meta.mlp);
+        let clock_ns = |records: u64| records as f64 * f64::from(meta.record_weight) * pace_ns;
         let first = run::measure_footprint(&**t)?.filters.past_l3;
         let two = Repeated {
             inner: Arc::clone(t),

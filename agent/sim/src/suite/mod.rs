@@ -285,7 +285,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
     for t in traces.iter().chain(&long) {
         footprints.insert(t.name(), run::measure_footprint(&**t)?);
     }
-    let hour = long::hour_traces(&traces, base.access_ns)?;
+    let hour = long::hour_traces(&traces, base)?;
     let hour_names: Vec<String> = hour.iter().map(|t| t.name()).collect();
     for t in &hour {
         footprints.insert(t.name(), run::measure_footprint(&**t)?);

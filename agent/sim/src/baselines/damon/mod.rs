@@ -541,10 +541,13 @@ mod tests {
     /// room `migrate_hot` needs. With 512 bits of which DAMON cleared one per check, nothing
     /// was ever old and DAMON moved nothing on any trace. (Stream sweeps a window of an eighth
     /// of its footprint at a time: the huge pages behind the window go cold. On gups-hotset
-    /// every huge page holds hot pages and DAMON, faithfully, has nothing to demote.)
+    /// every huge page holds hot pages and DAMON, faithfully, has nothing to demote.) The
+    /// window moves at one stream's pace: at stream's eight (`Workload::mlp`) it passes a
+    /// huge page faster than DAMON's aggregation interval can see it.
     #[test]
     fn cold_huge_pages_are_demoted_and_the_hot_set_promoted() {
-        let cfg = SimConfig::new(PresetName::Pmem.preset());
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.access_ns *= f64::from(Workload::Stream.mlp());
         let spec = GenSpec {
             workload: Workload::Stream,
             footprint: 64 << 20,

@@ -53,7 +53,9 @@ pub fn vm_calibration(
     cfg: &SimConfig,
     seed: u64,
 ) -> Result<VmCalibration, TraceError> {
-    let records_per_s = 1e9 / (cfg.access_ns * f64::from(Workload::HotSubset.record_weight()));
+    let records_per_s = 1e9
+        / (cfg.access_pace_ns(Workload::HotSubset.mlp())
+            * f64::from(Workload::HotSubset.record_weight()));
     let spec = GenSpec {
         workload: Workload::HotSubset,
         footprint: VM_FOOTPRINT,
