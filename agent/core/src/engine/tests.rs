@@ -572,3 +572,24 @@ fn the_open_intervals_samples_are_read_apart_until_its_close() {
         (0, 4)
     );
 }
+
+#[test]
+fn the_open_share_is_the_open_intervals_samples_over_the_cooled_counts() {
+    let mut e = new_engine(EngineConfig {
+        cool_after_samples: 0,
+        ..cfg()
+    });
+    // Nothing closed yet: the open interval is all there is.
+    e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 8], MS);
+    assert_eq!(e.view().open_share(), 1.0);
+    // Closed (8 samples, then nothing to cool them yet), then 2 more on another superpage.
+    e.tick(50 * MS);
+    let cooled = e.view().accesses(&record(&e, SUPERPAGE_SIZE));
+    assert!(cooled > 0);
+    e.observe_samples(&[Sample::load(3 * SUPERPAGE_SIZE); 2], 51 * MS);
+    let share = e.view().open_share();
+    assert!(
+        (share - 2.0 / f64::from(cooled)).abs() < 1e-9,
+        "share {share} with {cooled} cooled"
+    );
+}

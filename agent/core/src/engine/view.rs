@@ -119,6 +119,24 @@ impl<'a> HotnessView<'a> {
         rec.open_accesses(self.write_factor())
     }
 
+    /// The samples of the interval still open over the cooled counts of the intervals closed
+    /// (both in read samples, over every record), at most 1 (1 before any interval closed): a
+    /// superpage as hot as a cooled count of `c` has drawn about `c` times this in the open
+    /// interval so far, whatever the density and however long the counts remember.
+    #[must_use]
+    pub fn open_share(&self) -> f64 {
+        let cooled = self.cover.cover(1.0).total;
+        if cooled == 0 {
+            return 1.0;
+        }
+        let open: u64 = self
+            .superpages()
+            .iter()
+            .map(|rec| u64::from(self.open_accesses(rec)))
+            .sum();
+        (open as f64 / cooled as f64).min(1.0)
+    }
+
     /// Cooled accesses (as [`Self::accesses`]) that rank a superpage among the `n` hottest
     /// (ties at the cut-off included): 1 when fewer than `n` are warm, `u32::MAX` when `n` is 0.
     pub(crate) fn accesses_to_rank(&self, n: usize) -> u32 {

@@ -157,7 +157,8 @@ pub struct ScanRegion {
     /// Good–Turing coverage of the region's last full window of samples (`None`: none filled
     /// yet): the share of its coming accesses expected on pages already sampled.
     pub coverage: Option<f64>,
-    /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses).
+    /// Stage 1 ranks the superpage in the hot set (the superpages carrying 70 % of accesses),
+    /// by its open interval's samples where it holds no heat for it yet ([`reaches`]).
     pub hot: bool,
     /// Stage 1 finds it colder than what the fast tier holds ([`colder_than_fast`]): being
     /// outside the hot set is evidence of being colder only where the fast tier could not hold
@@ -167,7 +168,7 @@ pub struct ScanRegion {
     /// can move one by one.
     pub page_at_floor: bool,
     /// Its stage-1 heat ranks it among the superpages the fast tier (the target's reach) can
-    /// hold whole.
+    /// hold whole (as `hot`, by [`reaches`]).
     pub fits_fast: bool,
     /// Sampled in each of the last [`LASTING_INTERVALS`] counting intervals.
     pub lasting: bool,
@@ -244,6 +245,33 @@ pub fn below_beyond_noise(count: u32, cutoff: u32) -> bool {
 pub fn colder_than_fast((cooled, open): (u32, u32), (hot_cutoff, fits_fast): (u32, u32)) -> bool {
     let evidence = if cooled == 0 { open } else { cooled };
     below_beyond_noise(evidence, hot_cutoff.max(1).min(fits_fast.max(1)))
+}
+
+/// Whether a superpage's stage-1 evidence reaches `bar`, a cooled count (the hot set's
+/// cut-off, or the count that ranks a superpage among those the fast tier can hold). One
+/// stage 1 holds heat for is judged by its cooled count (`cooled`), as the bar was cut. One it
+/// holds none for (a first touch, or one back after cooling to nothing) is judged by the
+/// samples of the interval still open (`open`) against what a superpage at the bar has drawn
+/// in that interval so far: the bar times `open_share`, the open interval's share of the
+/// cooled counts' mass ([`crate::engine::HotnessView::open_share`]), at least one sample.
+/// Against the bar itself, a sum over several closed intervals, a first touch's samples always
+/// read small until the interval closed: a stream's next window, swept every 15 ms at 1 in 4,
+/// waited for the close and moved in pieces meanwhile (`stream`, `ryoo`: 4 % behind
+/// `static-2m`). The share is measured, not modelled, so it holds at any density and any
+/// cooling. [`colder_than_fast`] still reads the open interval against the bar itself: scaled
+/// there, superpages touched in passing stopped looking colder and moved whole (`sqlite` at
+/// 1 in 64, `pebs`, fast 10 %: twice the bytes, 5 % slower).
+#[must_use]
+pub fn reaches((cooled, open): (u32, u32), bar: u32, open_share: f64) -> bool {
+    let bar = bar.max(1);
+    if cooled > 0 {
+        return cooled >= bar;
+    }
+    // Rounded up without `f64::ceil`, which needs libm (see `below_beyond_noise`).
+    let drawn = f64::from(bar) * open_share.clamp(0.0, 1.0);
+    let truncated = drawn as u32;
+    let expected = truncated + u32::from(f64::from(truncated) < drawn);
+    open >= expected.clamp(1, bar)
 }
 
 /// Consecutive counting intervals with samples that make a superpage's heat lasting: its

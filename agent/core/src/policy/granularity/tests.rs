@@ -478,3 +478,27 @@ fn a_superpage_without_cooled_heat_is_judged_by_its_open_interval() {
     assert!(colder_than_fast((1, 9), (10, 10)));
     assert!(!colder_than_fast((5, 0), (10, 10)));
 }
+
+#[test]
+fn a_superpage_without_cooled_heat_reaches_a_bar_by_what_the_open_interval_drew_so_far() {
+    // The open interval holds a twentieth of the cooled counts' mass: a superpage at a cut-off
+    // of 100 has drawn about 5 samples in it so far.
+    let share = 0.05;
+    assert!(reaches((0, 5), 100, share));
+    assert!(!reaches((0, 4), 100, share));
+    // Rounded up: 2.5 expected samples ask for 3.
+    assert!(reaches((0, 3), 50, share));
+    assert!(!reaches((0, 2), 50, share));
+    // Never fewer than one sample, never more than the bar itself.
+    assert!(!reaches((0, 0), 3, share));
+    assert!(reaches((0, 1), 3, share));
+    assert!(reaches((0, 3), 3, 1.0));
+    assert!(!reaches((0, 2), 3, 1.0));
+    // With cooled heat, the cooled count alone, as the bar was cut: the open interval is not
+    // read.
+    assert!(!reaches((4, 500), 100, share));
+    assert!(reaches((100, 0), 100, share));
+    // A bar of 0 (nothing warm) is one sample.
+    assert!(reaches((1, 0), 0, share));
+    assert!(!reaches((0, 0), 0, share));
+}

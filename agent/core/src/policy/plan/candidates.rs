@@ -7,7 +7,7 @@ use crate::{
     policy::{
         CapacityView, PlacementView, PolicyConfig,
         benefit::CostModel,
-        granularity::{LASTING_INTERVALS, ScanRegion, colder_than_fast},
+        granularity::{LASTING_INTERVALS, ScanRegion, colder_than_fast, reaches},
         rw::{self, WritePrediction},
         splits_huge,
     },
@@ -79,6 +79,7 @@ impl Planner {
         let bars = RegionBars {
             min_samples: self.cfg.benefit.min_samples,
             fits_fast: hot.accesses_to_rank(fast_superpages),
+            open_share: hot.open_share(),
         };
         let live = hot.stage2_superpages();
         let (regions, huge): (Vec<ScanRegion>, Vec<bool>) = live
@@ -275,6 +276,8 @@ struct RegionBars {
     min_samples: u32,
     /// Stage-1 accesses that rank a superpage among those the fast tier can hold whole.
     fits_fast: u32,
+    /// The open interval's share of the cooled counts ([`HotnessView::open_share`]).
+    open_share: f64,
 }
 
 /// What Ryoo's scans see of one stage-2 superpage: its accessed pages, where its pages are, and
@@ -299,6 +302,7 @@ fn scan_region(
     }
     let rec = hot.superpage(sp);
     let count = rec.map_or(0, |rec| hot.accesses(rec));
+    let evidence = (count, rec.map_or(0, |rec| hot.open_accesses(rec)));
     let region = ScanRegion {
         sp,
         accessed,
@@ -306,12 +310,9 @@ fn scan_region(
         density_scale: hot.density_scale(slot),
         coverage: hot.sample_coverage(slot),
         sampled,
-        hot: count >= hot.hot_cutoff.max(1),
-        colder_than_fast: colder_than_fast(
-            (count, rec.map_or(0, |rec| hot.open_accesses(rec))),
-            (hot.hot_cutoff, bars.fits_fast),
-        ),
-        fits_fast: count >= bars.fits_fast.max(1),
+        hot: reaches(evidence, hot.hot_cutoff, bars.open_share),
+        colder_than_fast: colder_than_fast(evidence, (hot.hot_cutoff, bars.fits_fast)),
+        fits_fast: reaches(evidence, bars.fits_fast, bars.open_share),
         lasting: rec.is_some_and(|rec| hot.touched_run(rec) >= LASTING_INTERVALS),
         page_at_floor: {
             let slow = residency.pages_in(Tier::Slow);
