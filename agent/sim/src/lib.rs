@@ -156,8 +156,7 @@ pub enum SimError {
 /// Epoch oracle's epoch: 1 s of simulated time (the engine's initial epoch), in whole batches.
 #[must_use]
 pub fn oracle_window(meta: &TraceMeta, cfg: &SimConfig) -> u64 {
-    let per_record_ns = f64::from(meta.record_weight) * cfg.access_pace_ns(meta.mlp);
-    let records = (1e9 / per_record_ns) as u64;
+    let records = (1e9 / cfg.record_clock(meta).ns(1)) as u64;
     (records / BATCH as u64).max(1) * BATCH as u64
 }
 

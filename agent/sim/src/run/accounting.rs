@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::RecordClock;
 use crate::{model::Preset, trace::TraceMeta};
 
 /// Records per projected-time window (the bandwidth term is evaluated per window).
@@ -25,10 +26,8 @@ pub(super) struct Accounting {
     /// Accesses per record.
     k: f64,
     mlp: f64,
-    /// The policies' time per access where the trace carries none ([`SimConfig::access_pace_ns`]).
-    ///
-    /// [`SimConfig::access_pace_ns`]: super::SimConfig::access_pace_ns
-    pace_ns: f64,
+    /// The policies' clock where the trace carries none.
+    nominal: RecordClock,
     win: Window,
     pub(super) time_ns: f64,
     pub(super) all_fast_ns: f64,
@@ -46,12 +45,17 @@ pub(super) struct Accounting {
 }
 
 impl Accounting {
-    pub(super) fn new(preset: Preset, meta: &TraceMeta, pace_ns: f64, timeline_every: u64) -> Self {
+    pub(super) fn new(
+        preset: Preset,
+        meta: &TraceMeta,
+        nominal: RecordClock,
+        timeline_every: u64,
+    ) -> Self {
         Self {
             preset,
             k: f64::from(meta.record_weight),
             mlp: f64::from(meta.mlp.max(1)),
-            pace_ns,
+            nominal,
             win: Window::default(),
             time_ns: 0.0,
             all_fast_ns: 0.0,
@@ -76,7 +80,7 @@ impl Accounting {
 
     /// Nanoseconds of the nominal clock that the records so far span.
     pub(super) fn nominal_clock_ns(&self) -> f64 {
-        self.records as f64 * self.k * self.pace_ns
+        self.nominal.ns(self.records)
     }
 
     /// One record, served by the fast tier or not, through a huge mapping or not.

@@ -62,6 +62,21 @@ impl std::fmt::Display for FastSize {
     }
 }
 
+/// Nanoseconds of the policies' clock per record of one trace ([`SimConfig::record_clock`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct RecordClock {
+    accesses_per_record: f64,
+    pace_ns: f64,
+}
+
+impl RecordClock {
+    /// Nanoseconds that `records` records span.
+    #[must_use]
+    pub fn ns(&self, records: u64) -> f64 {
+        records as f64 * self.accesses_per_record * self.pace_ns
+    }
+}
+
 /// Replay parameters.
 #[derive(Clone, Debug)]
 pub struct SimConfig {
@@ -97,6 +112,17 @@ impl SimConfig {
     #[must_use]
     pub fn access_pace_ns(&self, mlp: u32) -> f64 {
         (self.access_ns / f64::from(mlp.max(1))).max(accounting::LINE / self.preset.fast_gbps)
+    }
+
+    /// The nominal clock of the records of a trace with `meta`: each stands for its record
+    /// weight in accesses at [`Self::access_pace_ns`]. The replay's clock, the hour's lengths
+    /// and the epoch oracle's window all read it.
+    #[must_use]
+    pub fn record_clock(&self, meta: &TraceMeta) -> RecordClock {
+        RecordClock {
+            accesses_per_record: f64::from(meta.record_weight),
+            pace_ns: self.access_pace_ns(meta.mlp),
+        }
     }
 
     #[must_use]
@@ -342,12 +368,7 @@ impl Replayer {
         let timeline_every = (fp.filters.past_l3 / cfg.timeline_points.max(1) as u64).max(1);
         Self {
             model: TierModel::new(cfg.preset, fast_bytes),
-            acct: Accounting::new(
-                cfg.preset,
-                meta,
-                cfg.access_pace_ns(meta.mlp),
-                timeline_every,
-            ),
+            acct: Accounting::new(cfg.preset, meta, cfg.record_clock(meta), timeline_every),
             stream: SampleStream::new(Sampler::new(
                 cfg.sampler,
                 cfg.sample_rate,

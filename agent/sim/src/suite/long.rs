@@ -82,8 +82,7 @@ pub(super) fn hour_traces(
             continue;
         }
         let meta = t.open()?.meta().clone();
-        let pace_ns = cfg.access_pace_ns(meta.mlp);
-        let clock_ns = |records: u64| records as f64 * f64::from(meta.record_weight) * pace_ns;
+        let clock = cfg.record_clock(&meta);
         let first = run::measure_footprint(&**t)?.filters.past_l3;
         let two = Repeated {
             inner: Arc::clone(t),
@@ -102,8 +101,8 @@ pub(super) fn hour_traces(
             );
             continue;
         }
-        let after_first = LONG_HOUR.as_nanos() as f64 - clock_ns(first);
-        let later = (after_first / clock_ns(second)).ceil().max(1.0);
+        let after_first = LONG_HOUR.as_nanos() as f64 - clock.ns(first);
+        let later = (after_first / clock.ns(second)).ceil().max(1.0);
         hour.push(Arc::new(Repeated {
             inner: Arc::clone(t),
             passes: (1.0 + later).min(f64::from(u32::MAX)) as u32,
