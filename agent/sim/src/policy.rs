@@ -237,6 +237,16 @@ impl SimPolicy for EnginePolicy {
                 } else {
                     Tier::Slow
                 };
+                tracing::trace!(
+                    sp = m.start >> 21,
+                    offset_kib = (m.start & ((1 << 21) - 1)) >> 10,
+                    len_kib = m.len >> 10,
+                    direction = ?m.direction,
+                    reason = ?m.reason,
+                    benefit_ns = m.expected_benefit,
+                    "{}: move",
+                    self.name
+                );
                 model.migrate(m.start, m.len, to, m.granularity.bytes(), now_ms);
             }
         }
