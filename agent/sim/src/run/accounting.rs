@@ -4,13 +4,11 @@
 
 use std::time::Duration;
 
-use super::RecordClock;
+use super::config::{LINE, RecordClock};
 use crate::{model::Preset, trace::TraceMeta};
 
 /// Records per projected-time window (the bandwidth term is evaluated per window).
 const TIME_WINDOW: u64 = 4096;
-/// Bytes one access moves (a cache line), for the bandwidth term.
-pub(crate) const LINE: f64 = 64.0;
 
 #[derive(Default)]
 struct Window {
