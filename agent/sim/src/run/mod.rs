@@ -468,6 +468,28 @@ mod tests {
         assert!((cfg.access_pace_ns(1024) - 3.2).abs() < 1e-9);
     }
 
+    /// The replay's clock, the hour's pass lengths and the epoch oracle's window read one rule
+    /// for what a trace's records span: had one of them kept its own product, the oracle's
+    /// epochs or the hour would drift from the clock the policies plan by.
+    #[test]
+    fn the_replay_and_the_oracle_read_one_record_clock() {
+        let cfg = SimConfig::new(PresetName::Pmem.preset());
+        for w in [Workload::Stream, Workload::BwMultistream] {
+            let s = spec(w, 100_000);
+            let meta = s.open().unwrap().meta().clone();
+            let clock = cfg.record_clock(&meta);
+            let run = simulate(&s, PolicyName::NoMigration, &cfg).unwrap();
+            let expected = clock.ns(run.memory_records) * 1e-9;
+            assert!((run.simulated_clock_s - expected).abs() < 1e-12, "{w:?}");
+            let window = crate::oracle_window(&meta, &cfg);
+            assert_eq!(window % BATCH as u64, 0);
+            // One second of that clock, in whole batches.
+            let second = clock.ns(window);
+            let batch = clock.ns(BATCH as u64);
+            assert!(second <= 1e9 && second > 1e9 - batch, "{w:?}: {second}");
+        }
+    }
+
     #[test]
     fn deterministic_and_consistent() {
         let cfg = SimConfig::new(PresetName::Pmem.preset());
