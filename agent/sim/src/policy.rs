@@ -238,8 +238,8 @@ impl SimPolicy for EnginePolicy {
                     Tier::Slow
                 };
                 tracing::trace!(
-                    sp = m.start >> 21,
-                    offset_kib = (m.start & ((1 << 21) - 1)) >> 10,
+                    sp = m.start / SUPERPAGE_SIZE,
+                    offset_kib = (m.start % SUPERPAGE_SIZE) >> 10,
                     len_kib = m.len >> 10,
                     direction = ?m.direction,
                     reason = ?m.reason,

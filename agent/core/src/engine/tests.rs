@@ -544,13 +544,18 @@ fn a_ring_record_becomes_a_sample_weighing_its_period() {
     assert_eq!(Sample::from_record(&record(u64::MAX)).weight, u32::MAX);
 }
 
-#[test]
-fn the_open_intervals_samples_are_read_apart_until_its_close() {
-    // Cooling on time alone, so that closes without samples cool a small count to 0.
-    let mut e = new_engine(EngineConfig {
+/// The default engine cooling on time alone, so that closes without samples cool a small
+/// count to 0.
+fn time_cooled_engine() -> Engine {
+    new_engine(EngineConfig {
         cool_after_samples: 0,
         ..cfg()
-    });
+    })
+}
+
+#[test]
+fn the_open_intervals_samples_are_read_apart_until_its_close() {
+    let mut e = time_cooled_engine();
     e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 4], MS);
     // A first touch: no heat until the close, its samples in the open interval.
     let first = record(&e, SUPERPAGE_SIZE);
@@ -575,10 +580,7 @@ fn the_open_intervals_samples_are_read_apart_until_its_close() {
 
 #[test]
 fn the_open_share_is_the_open_intervals_samples_over_the_cooled_counts() {
-    let mut e = new_engine(EngineConfig {
-        cool_after_samples: 0,
-        ..cfg()
-    });
+    let mut e = time_cooled_engine();
     // Nothing closed yet: the open interval is all there is.
     e.observe_samples(&[Sample::load(SUPERPAGE_SIZE); 8], MS);
     assert_eq!(e.view().open_share(), 1.0);

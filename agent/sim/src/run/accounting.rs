@@ -21,8 +21,6 @@ struct Window {
 /// What the accesses cost: hits, the projected time window by window, the hit-ratio timeline.
 pub(super) struct Accounting {
     preset: Preset,
-    /// Accesses per record.
-    k: f64,
     mlp: f64,
     /// The policies' clock where the trace carries none.
     nominal: RecordClock,
@@ -51,7 +49,6 @@ impl Accounting {
     ) -> Self {
         Self {
             preset,
-            k: f64::from(meta.record_weight),
             mlp: f64::from(meta.mlp.max(1)),
             nominal,
             win: Window::default(),
@@ -105,7 +102,7 @@ impl Accounting {
     }
 
     fn close_window(&mut self) {
-        let (w, p, k) = (&self.win, &self.preset, self.k);
+        let (w, p, k) = (&self.win, &self.preset, self.nominal.accesses_per_record());
         if w.n == 0 {
             return;
         }

@@ -36,6 +36,12 @@ pub struct RecordClock {
 }
 
 impl RecordClock {
+    /// Accesses one record stands for (the trace's record weight).
+    #[must_use]
+    pub fn accesses_per_record(&self) -> f64 {
+        self.accesses_per_record
+    }
+
     /// Nanoseconds that `records` records span.
     #[must_use]
     pub fn ns(&self, records: u64) -> f64 {
