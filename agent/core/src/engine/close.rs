@@ -62,6 +62,7 @@ impl Engine {
         self.units.write = mean(self.interval_writes, self.units.write);
         self.interval_reads = (0, 0);
         self.interval_writes = (0, 0);
+        self.open_counts = (0, 0);
     }
 
     fn close_intervals(&mut self, steps: u32) {

@@ -212,6 +212,10 @@ pub struct Engine {
     interval_weight: u64,
     interval_reads: (u64, u64),
     interval_writes: (u64, u64),
+    /// Read and write counts the open interval has added to the records' `ivl_r` and `ivl_w`
+    /// so far (DAMON credits included), over every record: the open share's numerator, kept as
+    /// counts arrive so a plan does not sum the records for it.
+    open_counts: (u64, u64),
     units: Units,
     access_rate: f64,
     hot_cutoff: u32,
@@ -243,6 +247,7 @@ impl Engine {
             interval_weight: 0,
             interval_reads: (0, 0),
             interval_writes: (0, 0),
+            open_counts: (0, 0),
             units: Units::default(),
             access_rate: 0.0,
             hot_cutoff: 0,
@@ -311,8 +316,10 @@ impl Engine {
         let rec = self.stage1.get_mut(idx);
         if write {
             rec.ivl_w = rec.ivl_w.saturating_add(1);
+            self.open_counts.1 += 1;
         } else {
             rec.ivl_r = rec.ivl_r.saturating_add(1);
+            self.open_counts.0 += 1;
         }
         // While stage 2 has a free slot, a superpage sampled without one takes it at once: the
         // close would give it one anyway (fewer than N are warm), and waiting for the close
@@ -362,6 +369,7 @@ impl Engine {
                 let rec = self.stage1.get_mut(idx);
                 let add = u32::try_from(u64::from(nr) * pages).unwrap_or(u32::MAX);
                 rec.ivl_r = rec.ivl_r.saturating_add(add);
+                self.open_counts.0 += u64::from(add);
                 let slot = rec.slot;
                 if slot != NO_SLOT {
                     let first = subpage_index(addr);
@@ -389,6 +397,7 @@ impl Engine {
             hot_cutoff: self.hot_cutoff,
             access_rate: self.access_rate,
             units: self.units,
+            open_counts: self.open_counts,
             interval_stamp: self.last_closed_stamp(),
             intervals_closed: self.intervals,
             epoch_end: self.epoch_end,

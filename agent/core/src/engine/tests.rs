@@ -595,3 +595,49 @@ fn the_open_share_is_the_open_intervals_samples_over_the_cooled_counts() {
         "share {share} with {cooled} cooled"
     );
 }
+
+#[test]
+fn the_open_share_counts_what_the_records_hold_open() {
+    // The running open total against the records it stands for: reads, writes (worth the
+    // write factor), DAMON credits, and a close in between that must restart it.
+    let mut e = time_cooled_engine();
+    let sum_over_records = |e: &Engine| -> f64 {
+        let wf = e.view().write_factor();
+        e.stage1
+            .records()
+            .iter()
+            .map(|r| f64::from(r.ivl_r) + wf * f64::from(r.ivl_w))
+            .sum()
+    };
+    e.observe_samples(&[Sample::load(0), Sample::store(SUPERPAGE_SIZE)], MS);
+    e.tick(50 * MS);
+    let cooled = e.view().cover.cover(1.0).total as f64;
+    assert!(cooled > 0.0);
+    e.observe_samples(
+        &[
+            Sample::store(SUPERPAGE_SIZE),
+            Sample::load(4 * SUPERPAGE_SIZE),
+        ],
+        51 * MS,
+    );
+    e.observe_damon(
+        &[DamonObservation {
+            start: 8 * SUPERPAGE_SIZE,
+            end: 8 * SUPERPAGE_SIZE + 8192,
+            nr_accesses: 1,
+            max_nr_accesses: 20,
+            age: 1,
+        }],
+        52 * MS,
+    );
+    let open = sum_over_records(&e);
+    assert!(open > 0.0);
+    let share = e.view().open_share();
+    assert!(
+        (share - (open / cooled).min(1.0)).abs() < 1e-9,
+        "share {share}, records hold {open} open over {cooled} cooled"
+    );
+    e.tick(100 * MS);
+    assert_eq!(sum_over_records(&e), 0.0);
+    assert_eq!(e.view().open_share(), 0.0);
+}

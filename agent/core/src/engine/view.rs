@@ -25,6 +25,8 @@ pub struct HotnessView<'a> {
     pub access_rate: f64,
     /// Accesses a read and a write sample stand for: what turns counts into traffic.
     pub units: Units,
+    /// Read and write counts of the interval still open, over every record.
+    pub(super) open_counts: (u64, u64),
     /// Stamp of the last closed interval (what records' `last_touch` is compared with).
     pub interval_stamp: u16,
     /// Counting intervals closed since the engine started: a planner that saw the same number
@@ -129,12 +131,9 @@ impl<'a> HotnessView<'a> {
         if cooled == 0 {
             return 1.0;
         }
-        let open: u64 = self
-            .superpages()
-            .iter()
-            .map(|rec| u64::from(self.open_accesses(rec)))
-            .sum();
-        (open as f64 / cooled as f64).min(1.0)
+        let (reads, writes) = self.open_counts;
+        let open = reads as f64 + self.write_factor() * writes as f64;
+        (open / cooled as f64).min(1.0)
     }
 
     /// Cooled accesses (as [`Self::accesses`]) that rank a superpage among the `n` hottest
