@@ -3,6 +3,7 @@
 //! the runs; nothing is typed in by hand.
 
 mod density;
+mod draws;
 mod long;
 mod report;
 
@@ -267,10 +268,11 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
                 workload: w,
                 footprint: args.footprint,
                 records: args.records,
-                seed: 42,
+                seed: draws::WORKLOAD_SEED,
             }) as Arc<dyn TraceSpec>
         })
         .collect();
+    let sparse_draws = draws::sparse_draws(args.footprint, args.records);
     let real = real_traces(&args.traces)?;
     let real_names: Vec<String> = real.iter().map(|t| t.name()).collect();
     let long = long::long_traces(&real);
@@ -282,7 +284,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
         traces.len() + long.len()
     );
     let mut footprints = BTreeMap::new();
-    for t in traces.iter().chain(&long) {
+    for t in traces.iter().chain(&long).chain(&sparse_draws) {
         footprints.insert(t.name(), run::measure_footprint(&**t)?);
     }
     let hour = long::hour_traces(&traces, base)?;
@@ -295,6 +297,7 @@ pub fn run_suite(args: &SuiteArgs, base: &SimConfig) -> anyhow::Result<()> {
             .iter()
             .chain(&long)
             .chain(&hour)
+            .chain(&sparse_draws)
             .map(|t| (t.name(), Arc::clone(t)))
             .collect(),
         footprints: &footprints,
@@ -381,6 +384,12 @@ impl Matrix<'_> {
         ];
         for w in GRANULARITY_TRACES {
             for p in statics {
+                jobs.push(self.job("granularity", w, Choice::Named(p), ryoo));
+            }
+        }
+        // B, further draws of `sparse-superpage` for the hot-subpage check.
+        for w in &draws::sparse_draw_names()[1..] {
+            for p in [PolicyName::Static2m, PolicyName::Memtide] {
                 jobs.push(self.job("granularity", w, Choice::Named(p), ryoo));
             }
         }
