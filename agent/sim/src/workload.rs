@@ -45,7 +45,8 @@ pub enum Workload {
     SparseSuperpage,
     /// Groups of pages revisited at a fixed reuse distance of 1/6 of the trace (backprop, kmeans).
     StridedReuse,
-    /// Sequential traversals whose upper bound shrinks from F to F/10 (lud).
+    /// Sequential traversals whose lower bound rises until F/10 is left (lud's trailing
+    /// submatrix: the data touched first dies first).
     Shrinking,
     /// pagerank-like: 13.5 % of pages active in ≥ 3/4 of periods, 22 % in about half, rest rare.
     Oscillating,
@@ -368,12 +369,17 @@ impl Generator {
         TraceRecord::load(self.sweep(g * len * 2, len, k))
     }
 
-    /// Sweeps from the bottom of the footprint whose top shrinks from F to F/10.
+    /// Sweeps to the top of the footprint from a bottom that rises until F/10 is left. A
+    /// right-looking LU (Rodinia's lud) works on the trailing submatrix, which leaves the
+    /// matrix's first rows behind for good: the data first touch placed in the fast tier is
+    /// the first to go idle, so the policy must evict it in time (Doudali: shorter periods
+    /// best on lud). Shrinking the top instead left first touch holding the data that lives
+    /// longest, and never migrating was the best placement at every epoch.
     fn shrinking(&mut self) -> TraceRecord {
         let frac = 1.0 - 0.9 * (self.i as f64 / self.records() as f64);
         let len = ((self.spec.footprint as f64 * frac) as u64).max(SUPERPAGE_SIZE);
         let k = self.next_cursor();
-        let a = self.sweep(0, len, k);
+        let a = self.sweep(self.spec.footprint - len, len, k);
         access(k.is_multiple_of(4), a)
     }
 
@@ -577,6 +583,32 @@ mod tests {
             .collect();
         assert_eq!(hot.len() as u64, pages as u64 / 8);
         assert_eq!(hot.iter().min(), Some(&(pages as u64 * 7 / 16)));
+    }
+
+    /// The shrinking sweep covers the whole footprint at first and only its top tenth at the
+    /// end: its first pages go idle for good, its last stay live throughout.
+    #[test]
+    fn the_shrinking_sweep_leaves_its_first_pages_behind() {
+        let records = 200_000;
+        let t = gen_all(Workload::Shrinking, records);
+        let (first, last) = t.split_at(t.len() / 5);
+        let span = |rs: &[TraceRecord]| {
+            let lo = rs.iter().map(|r| r.addr).min().unwrap() - BASE;
+            let hi = rs.iter().map(|r| r.addr).max().unwrap() - BASE;
+            (lo, hi)
+        };
+        let footprint = 64u64 << 20;
+        let (lo, hi) = span(first);
+        assert!(
+            lo < footprint / 100 && hi > footprint * 99 / 100,
+            "{lo} {hi}"
+        );
+        let (lo, hi) = span(&last[last.len() - 5000..]);
+        assert!(
+            lo >= footprint * 85 / 100,
+            "the end sweeps only the top: {lo}"
+        );
+        assert!(hi > footprint * 99 / 100, "{hi}");
     }
 
     #[test]
