@@ -4,7 +4,11 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, checks::mean_gap, fill, geomean, table_header, verdict};
+use super::{
+    Report,
+    checks::{SPARSE_SHARE_LIMIT, mean_gap, moved_share},
+    fill, geomean, table_header, verdict,
+};
 use crate::{
     PolicyName,
     policy::EngineVariant,
@@ -143,8 +147,8 @@ impl Report<'_> {
         let whole = EngineVariant::StaticGranularity(memtide_core::units::Granularity::MIB_2);
         match (run(EngineVariant::Adaptive), run(whole)) {
             (Some(m), Some(s)) => {
-                let share = m.migrated_bytes as f64 / (s.migrated_bytes as f64).max(1.0);
-                let ok = share <= 0.5 && m.fast_hit_ratio >= s.fast_hit_ratio;
+                let share = moved_share(m.migrated_bytes, s.migrated_bytes);
+                let ok = share <= SPARSE_SHARE_LIMIT && m.fast_hit_ratio >= s.fast_hit_ratio;
                 format!(
                     "{:.1} % (hit {:.3} vs {:.3}): {}",
                     share * 100.0,
