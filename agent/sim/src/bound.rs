@@ -13,6 +13,10 @@
 //! [`crate::oracle::EpochOracle`] (`oracle-epoch`) is the attainable counterpart: foresight of
 //! one epoch, paying for its moves.
 //!
+//! [`FixedBound`] (`--policy oracle-fixed`) is the same knowledge held still: the most hits of
+//! one placement kept for the whole replay, what any policy whose estimate of the pages' heat
+//! settles (a long horizon, an hour of samples) can reach at most.
+//!
 //! [`BATCH`]: crate::run::BATCH
 
 use std::collections::HashMap;
@@ -21,7 +25,8 @@ use crate::{
     model::TierModel,
     oracle::most_accessed,
     policy::{Clock, SimPolicy},
-    trace::TraceRecord,
+    sampler::LineFilter,
+    trace::{TraceError, TraceRecord, TraceSpec},
 };
 use memtide_common::AccessSample;
 use memtide_core::units::{PAGE_SIZE, Tier};
@@ -87,6 +92,122 @@ impl SimPolicy for Bound {
     fn step(&mut self, _: Clock, _: &mut TierModel) {}
 }
 
+/// The best fixed placement (`--policy oracle-fixed`): the fast tier holds, from the first
+/// access to the last, the 4 KiB pages the whole trace accesses most (its records that reach
+/// memory, counted before the replay through the replay's cache model), placed for nothing.
+/// No placement that never changes has more fast-tier hits: its hit ratio bounds every fixed
+/// placement's (first touch that never migrates included), and every policy's whose estimate
+/// of the pages' heat stops changing, however much evidence it gathered. A policy above it
+/// follows the program's phases. Its projected time, like the bound's, bounds nothing.
+pub struct FixedBound {
+    fast: FreePlacement,
+    /// Accesses per 4 KiB page over the whole trace; taken when the first batch places them.
+    counts: Option<PageCounts>,
+}
+
+impl FixedBound {
+    /// Reads `spec` to count its pages' accesses. A trace repeated more than twice is read for
+    /// two passes only: from the second pass on every pass reaches memory with the second's
+    /// records, in the same order (`run::fast_forward`), so the later passes count as the
+    /// second.
+    pub fn new(spec: &dyn TraceSpec) -> Result<Self, TraceError> {
+        let counts = match spec.repetition() {
+            Some((inner, passes)) if passes > 2 => {
+                let per_pass = records_in(inner)?;
+                let (mut counts, second) = count_pages(spec, per_pass, 2 * per_pass)?;
+                for (page, n) in second {
+                    let total = counts.entry(page).or_default();
+                    *total = total.saturating_add(n.saturating_mul(passes - 1));
+                }
+                counts
+            }
+            _ => count_pages(spec, u64::MAX, u64::MAX)?.0,
+        };
+        Ok(Self {
+            fast: FreePlacement::default(),
+            counts: Some(counts),
+        })
+    }
+}
+
+/// Accesses per 4 KiB page number.
+type PageCounts = HashMap<u64, u32>;
+
+/// Records in a trace.
+fn records_in(spec: &dyn TraceSpec) -> Result<u64, TraceError> {
+    let mut source = spec.open()?;
+    let mut buf = Vec::with_capacity(4096);
+    let mut records = 0;
+    loop {
+        buf.clear();
+        match source.fill(&mut buf, 4096)? {
+            0 => return Ok(records),
+            n => records += n as u64,
+        }
+    }
+}
+
+/// Accesses per 4 KiB page of the first `limit` records of `spec` that reach memory (through the
+/// replay's cache model): those of the first `split` records, and those of the rest.
+fn count_pages(
+    spec: &dyn TraceSpec,
+    split: u64,
+    limit: u64,
+) -> Result<(PageCounts, PageCounts), TraceError> {
+    let mut source = spec.open()?;
+    let mut llc = LineFilter::l3(source.meta());
+    let (mut before, mut after) = (HashMap::new(), HashMap::new());
+    let mut buf = Vec::with_capacity(4096);
+    let mut read = 0u64;
+    while read < limit {
+        buf.clear();
+        let want = usize::try_from(limit - read).map_or(4096, |left| left.min(4096));
+        if source.fill(&mut buf, want)? == 0 {
+            break;
+        }
+        for r in &buf {
+            let counts = if read < split {
+                &mut before
+            } else {
+                &mut after
+            };
+            read += 1;
+            if llc.as_mut().is_none_or(|llc| llc.passes(r.addr)) {
+                let n: &mut u32 = counts.entry(r.addr / PAGE_SIZE).or_default();
+                *n = n.saturating_add(1);
+            }
+        }
+    }
+    Ok((before, after))
+}
+
+impl SimPolicy for FixedBound {
+    fn name(&self) -> String {
+        "oracle-fixed".into()
+    }
+
+    /// Every superpage is mapped slow; the first batch places the pages that count.
+    fn place(&mut self, _: u64, _: &TierModel) -> Tier {
+        Tier::Slow
+    }
+
+    fn before_batch(&mut self, _: &[TraceRecord], model: &mut TierModel) {
+        if let Some(counts) = self.counts.take() {
+            self.fast.hold(model, counts);
+        }
+    }
+
+    fn observe(&mut self, _: &[TraceRecord], _: &[AccessSample], _: &TierModel, _: Clock) {}
+
+    fn step(&mut self, _: Clock, _: &mut TierModel) {}
+
+    /// It reads no record of the replay (it counted them all before), so the passes of a
+    /// repeated trace after the second may be fast-forwarded.
+    fn learns_from_samples_only(&self) -> bool {
+        true
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::{
@@ -97,13 +218,17 @@ mod tests {
         },
     };
 
+    use super::{FixedBound, PAGE_SIZE};
     use crate::{
         PolicyName,
         model::PresetName,
-        run::{FastSize, SimConfig},
+        run::{BATCH, FastSize, MemTrace, SimConfig},
         simulate,
         suite::LACKEY_RECORD_WEIGHT,
-        trace::{FileTrace, Format, RecordSource, TraceError, TraceMeta, TraceRecord, TraceSpec},
+        trace::{
+            FileTrace, Format, RecordSource, TraceError, TraceMeta, TraceRecord, TraceSpec,
+            repeat::Repeated,
+        },
         workload::{GenSpec, Workload},
     };
 
@@ -169,6 +294,78 @@ mod tests {
         });
     }
 
+    /// Three pages, each accessed alone in its own phase, the last phase the longest; room
+    /// for one page: the best fixed placement holds the last phase's page throughout (half the
+    /// accesses), the bound follows every phase (all of them).
+    #[test]
+    fn the_best_fixed_placement_holds_the_most_accessed_pages_throughout() {
+        let base = crate::workload::BASE;
+        let phase = |page: u64, batches: usize| {
+            vec![TraceRecord::load(base + page * PAGE_SIZE); batches * BATCH]
+        };
+        let records = [phase(2, 1), phase(1, 2), phase(0, 3)].concat();
+        let trace = MemTrace {
+            name: "phases".into(),
+            records: Arc::new(records),
+            meta: TraceMeta {
+                past_caches: true,
+                ..TraceMeta::default()
+            },
+        };
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.fast = FastSize::Bytes(PAGE_SIZE);
+        let fixed = simulate(&trace, PolicyName::OracleFixed, &cfg).unwrap();
+        assert_eq!(fixed.fast_hit_ratio, 0.5, "{fixed:?}");
+        let bound = simulate(&trace, PolicyName::Oracle, &cfg).unwrap();
+        assert_eq!(bound.fast_hit_ratio, 1.0, "{bound:?}");
+    }
+
+    /// A repeated capture is counted from two of its passes and fast-forwarded after them,
+    /// with the figures of reading and replaying every pass (which a trace that does not say
+    /// it repeats gets).
+    #[test]
+    fn the_best_fixed_placement_of_a_repeated_trace_counts_every_pass() {
+        let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../traces/kv.mt.zst");
+        let once = Prefix {
+            trace: FileTrace {
+                path,
+                format: Some(Format::Native),
+                lenient: false,
+                record_weight: None,
+            },
+            records: 100_000,
+        };
+        let repeated = Repeated {
+            inner: Arc::new(once),
+            passes: 5,
+        };
+        let counts = |spec: &dyn TraceSpec| FixedBound::new(spec).unwrap().counts.unwrap();
+        let all = AllPasses(repeated.clone());
+        assert_eq!(counts(&repeated), counts(&all));
+        let mut cfg = SimConfig::new(PresetName::Pmem.preset());
+        cfg.fast = FastSize::Ratio(0.1);
+        let counted = simulate(&repeated, PolicyName::OracleFixed, &cfg).unwrap();
+        let every_pass = simulate(&all, PolicyName::OracleFixed, &cfg).unwrap();
+        assert_eq!(
+            (counted.memory_records, counted.fast_hit_ratio),
+            (every_pass.memory_records, every_pass.fast_hit_ratio)
+        );
+        assert!(counted.fast_hit_ratio > 0.0, "{counted:?}");
+    }
+
+    /// A repeated trace that does not say so: read and replayed pass by pass.
+    struct AllPasses(Repeated);
+
+    impl TraceSpec for AllPasses {
+        fn name(&self) -> String {
+            self.0.name()
+        }
+
+        fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
+            self.0.open()
+        }
+    }
+
     /// The first `records` records of a trace.
     struct Prefix {
         trace: FileTrace,
@@ -214,10 +411,22 @@ mod tests {
             bound.migrated_bytes, 0,
             "the bound's placements are not moves"
         );
-        // Free hindsight from the samples runs in the suite's cadence section only.
+        // First touch that never migrates is one fixed placement among those the best fixed
+        // placement chooses from.
+        let fixed = simulate(trace, PolicyName::OracleFixed, &cfg).unwrap();
+        let first_touch = simulate(trace, PolicyName::NoMigration, &cfg).unwrap();
+        assert!(
+            fixed.fast_hit_ratio >= first_touch.fast_hit_ratio && fixed.migrated_bytes == 0,
+            "{} at fast {fast}: the best fixed placement's hit ratio {} is below first touch's {}",
+            trace.name(),
+            fixed.fast_hit_ratio,
+            first_touch.fast_hit_ratio
+        );
+        // Free hindsight from the samples and the best fixed placement run in the suite's
+        // cadence and long sections only.
         for policy in PolicyName::ALL
             .into_iter()
-            .chain([PolicyName::HindsightSamples])
+            .chain([PolicyName::HindsightSamples, PolicyName::OracleFixed])
         {
             let result = simulate(trace, policy, &cfg).unwrap();
             assert!(

@@ -35,7 +35,7 @@ use self::{
     baselines::{
         damon::Damon, hemem::HeMem, memtis::Memtis, static_place::StaticPlacement, tpp::Tpp,
     },
-    bound::Bound,
+    bound::{Bound, FixedBound},
     hindsight::Hindsight,
     model::Preset,
     oracle::EpochOracle,
@@ -54,6 +54,11 @@ pub enum PolicyName {
     #[value(name = "oracle-epoch")]
     #[serde(rename = "oracle-epoch")]
     OracleEpoch,
+    /// The best placement held still for the whole replay, with foresight. Not in
+    /// [`PolicyName::ALL`]: the suite runs it in its long-steady-state section only.
+    #[value(name = "oracle-fixed")]
+    #[serde(rename = "oracle-fixed")]
+    OracleFixed,
     Hindsight,
     #[value(name = "hindsight-epoch")]
     #[serde(rename = "hindsight-epoch")]
@@ -122,6 +127,7 @@ impl PolicyName {
             Self::Memtide => "memtide",
             Self::Oracle => "oracle",
             Self::OracleEpoch => "oracle-epoch",
+            Self::OracleFixed => "oracle-fixed",
             Self::Hindsight => "hindsight",
             Self::HindsightEpoch => "hindsight-epoch",
             Self::HindsightSamples => "hindsight-samples",
@@ -160,7 +166,8 @@ pub fn oracle_window(meta: &TraceMeta, cfg: &SimConfig) -> u64 {
     (records / BATCH as u64).max(1) * BATCH as u64
 }
 
-/// Builds a policy. `fast_capacity_bytes` and the trace are needed by the epoch oracle only.
+/// Builds a policy. The trace is read ahead by the epoch oracle and the best fixed placement;
+/// `fast_capacity_bytes` is needed by the epoch oracle only.
 pub fn make_policy(
     name: PolicyName,
     preset: &Preset,
@@ -185,6 +192,7 @@ pub fn make_policy(
         PolicyName::Memtis => Box::new(Memtis::default()),
         PolicyName::Damon => Box::new(Damon::default()),
         PolicyName::Oracle => Box::new(Bound::default()),
+        PolicyName::OracleFixed => Box::new(FixedBound::new(spec)?),
         PolicyName::Hindsight => Box::new(Hindsight::default()),
         PolicyName::HindsightSamples => Box::new(Hindsight::from_samples(None)),
         PolicyName::HindsightEpoch => {

@@ -38,6 +38,9 @@ pub const LONG_SAMPLING: [PolicyName; 5] = [
 ];
 /// The baselines that sample nothing, run once: the density sweep's references.
 pub const LONG_REFERENCES: [PolicyName; 3] = DENSITY_REFERENCES;
+/// The yardstick of what a settled estimate reaches: the best placement held still for the whole
+/// replay (`oracle-fixed`), run once per long trace.
+pub const LONG_FIXED: PolicyName = PolicyName::OracleFixed;
 pub(crate) const LONG_SECTIONS: TwoSizes = TwoSizes::new("long-small", "long");
 /// How long the hour-long replays run, of the programs' clocks: what a server's hour of the same
 /// work gives a policy at the production density.
@@ -130,8 +133,8 @@ impl Matrix<'_> {
         jobs
     }
 
-    /// L: every long trace under [`LONG_SAMPLING`] at each of [`LONG_RATES`] and under
-    /// [`LONG_REFERENCES`], at both fast-tier sizes.
+    /// L: every long trace under [`LONG_SAMPLING`] at each of [`LONG_RATES`], under
+    /// [`LONG_REFERENCES`] and under [`LONG_FIXED`], at both fast-tier sizes.
     pub(super) fn long_jobs(&self, long: &[String]) -> Vec<Job> {
         let mut jobs = Vec::new();
         for t in long {
@@ -146,7 +149,7 @@ impl Matrix<'_> {
                         jobs.push(job);
                     }
                 }
-                for p in LONG_REFERENCES {
+                for p in LONG_REFERENCES.into_iter().chain([LONG_FIXED]) {
                     jobs.push(self.job(section, t, Choice::Named(p), pmem));
                 }
             }
