@@ -227,7 +227,7 @@ mod tests {
         suite::LACKEY_RECORD_WEIGHT,
         trace::{
             FileTrace, Format, RecordSource, TraceError, TraceMeta, TraceRecord, TraceSpec,
-            repeat::Repeated,
+            repeat::{InFull, Repeated},
         },
         workload::{GenSpec, Workload},
     };
@@ -340,7 +340,7 @@ mod tests {
             passes: 5,
         };
         let counts = |spec: &dyn TraceSpec| FixedBound::new(spec).unwrap().counts.unwrap();
-        let all = AllPasses(repeated.clone());
+        let all = InFull(repeated.clone());
         assert_eq!(counts(&repeated), counts(&all));
         let mut cfg = SimConfig::new(PresetName::Pmem.preset());
         cfg.fast = FastSize::Ratio(0.1);
@@ -351,19 +351,6 @@ mod tests {
             (every_pass.memory_records, every_pass.fast_hit_ratio)
         );
         assert!(counted.fast_hit_ratio > 0.0, "{counted:?}");
-    }
-
-    /// A repeated trace that does not say so: read and replayed pass by pass.
-    struct AllPasses(Repeated);
-
-    impl TraceSpec for AllPasses {
-        fn name(&self) -> String {
-            self.0.name()
-        }
-
-        fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
-            self.0.open()
-        }
     }
 
     /// The first `records` records of a trace.

@@ -172,7 +172,10 @@ mod tests {
         run::{MemTrace, SimConfig},
         sampler::SamplerName,
         simulate,
-        trace::{RecordSource, TraceError, TraceMeta, repeat::Repeated},
+        trace::{
+            RecordSource, TraceError, TraceMeta,
+            repeat::{InFull, Repeated},
+        },
         workload::{GenSpec, Workload},
     };
 
@@ -210,19 +213,6 @@ mod tests {
                 inner: self.trace.open()?,
                 read: Arc::clone(&self.read),
             }))
-        }
-    }
-
-    /// `passes` of `inner` with the repetition hidden: replayed record by record.
-    struct InFull(Repeated);
-
-    impl TraceSpec for InFull {
-        fn name(&self) -> String {
-            self.0.name()
-        }
-
-        fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
-            self.0.open()
         }
     }
 

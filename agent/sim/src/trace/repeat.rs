@@ -84,6 +84,23 @@ impl RecordSource for RepeatedSource {
     }
 }
 
+/// A repeated trace with its repetition hidden: read and replayed pass by pass, record by
+/// record, what the shortcuts for repeated traces (counting two passes, fast-forwarding the
+/// rest) are tested against.
+#[cfg(test)]
+pub(crate) struct InFull(pub(crate) Repeated);
+
+#[cfg(test)]
+impl TraceSpec for InFull {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+
+    fn open(&self) -> Result<Box<dyn RecordSource>, TraceError> {
+        self.0.open()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
