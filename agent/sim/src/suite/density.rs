@@ -56,6 +56,8 @@ pub const DENSITY_POLICIES: [PolicyName; 7] = [
 pub const DENSITY_REFERENCES: [PolicyName; 3] =
     [PolicyName::Tpp, PolicyName::Damon, PolicyName::NoMigration];
 pub(crate) const DENSITY_SECTIONS: TwoSizes = TwoSizes::new("density-small", "density");
+/// The synthetic workloads of the main matrix at the production density.
+pub(crate) const SYNTHETIC_DENSITY_SECTION: &str = "density-synthetic";
 
 /// `hindsight-samples` at memtide's shortest epoch, as the sweep runs it.
 pub(super) fn hindsight_at_shortest_epoch() -> Hindsight {
@@ -84,6 +86,27 @@ impl Matrix<'_> {
                             }
                         }
                     }
+                }
+            }
+        }
+        jobs
+    }
+
+    /// K': the main matrix's synthetic workloads under [`DENSITY_POLICIES`] at the production
+    /// density, [`DENSITY_DRAWS`] draws, with the main matrix's sampler and fast-tier size:
+    /// what the agent's defaults do with heaps whose heat is uniform, moving, or skewed.
+    pub(super) fn synthetic_density_jobs(&self, synthetic: &[String]) -> Vec<Job> {
+        let mut jobs = Vec::new();
+        let rate = PRODUCTION_SAMPLE_RATE;
+        for t in synthetic {
+            for draw in 0..DENSITY_DRAWS {
+                for p in DENSITY_POLICIES {
+                    let choice = Choice::Density(p, self.base.sampler, rate, draw);
+                    let preset = (PresetName::Pmem, self.base.fast);
+                    let mut job = self.job(SYNTHETIC_DENSITY_SECTION, t, choice, preset);
+                    job.cfg.sample_rate = rate;
+                    job.cfg.seed = job.cfg.seed.wrapping_add(draw);
+                    jobs.push(job);
                 }
             }
         }

@@ -428,6 +428,12 @@ impl Matrix<'_> {
         jobs.extend(self.cadence_jobs(real));
         jobs.extend(self.interval_jobs(real));
         jobs.extend(self.density_jobs(real));
+        let synthetic: Vec<String> = traces
+            .iter()
+            .map(|t| t.name())
+            .filter(|t| !real.contains(t))
+            .collect();
+        jobs.extend(self.synthetic_density_jobs(&synthetic));
         jobs
     }
 

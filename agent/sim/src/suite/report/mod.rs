@@ -12,6 +12,7 @@ mod cadence;
 mod calibration;
 mod checks;
 mod density;
+mod density_synthetic;
 mod diagnostics;
 mod interval;
 mod long;
@@ -102,6 +103,7 @@ impl Report<'_> {
         self.samplers(&mut o);
         self.pmu_periods(&mut o);
         self.density(&mut o, dir)?;
+        self.density_synthetic(&mut o);
         self.long_steady_states(&mut o);
         self.plots(&mut o, dir)?;
         o.push_str(&self.diagnostics());
@@ -298,6 +300,19 @@ fn render_section_with_long(
     hour: &[&str],
     section: impl FnOnce(&Report<'_>, &mut String),
 ) -> String {
+    render_section_of(results, (&[], real), (long, hour), section)
+}
+
+/// A section of a report whose traces are `traces` (the main matrix's, real programs
+/// included), `real` of them real, and `long` and `hour` the long steady states'.
+#[cfg(test)]
+fn render_section_of(
+    results: &Results,
+    (traces, real): (&[&str], &[&str]),
+    (long, hour): (&[&str], &[&str]),
+    section: impl FnOnce(&Report<'_>, &mut String),
+) -> String {
+    let owned = |names: &[&str]| names.iter().map(|t| (*t).to_owned()).collect();
     let args = SuiteArgs {
         records: 0,
         footprint: 0,
@@ -309,10 +324,10 @@ fn render_section_with_long(
     let report = Report {
         results,
         footprints: &BTreeMap::new(),
-        traces: Vec::new(),
-        real: real.iter().map(|t| (*t).to_owned()).collect(),
-        long: long.iter().map(|t| (*t).to_owned()).collect(),
-        hour: hour.iter().map(|t| (*t).to_owned()).collect(),
+        traces: owned(traces),
+        real: owned(real),
+        long: owned(long),
+        hour: owned(hour),
         args: &args,
         base: &base,
         elapsed: 0.0,
