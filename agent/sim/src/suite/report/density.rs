@@ -27,12 +27,12 @@ const EVERY_DENSITY_RIVALS: [PolicyName; 3] =
 
 /// One cell of the sweep: a fast-tier size and a sampler, and where its runs are.
 #[derive(Clone, Copy)]
-struct Cell<'a> {
-    section: &'static str,
+pub(super) struct Cell<'a> {
+    pub(super) section: &'static str,
     /// The real-program section at the same size (the references' runs).
-    real_section: &'static str,
-    fast: &'a str,
-    sampler: SamplerName,
+    pub(super) real_section: &'static str,
+    pub(super) fast: &'a str,
+    pub(super) sampler: SamplerName,
 }
 
 impl Report<'_> {
@@ -125,7 +125,7 @@ impl Report<'_> {
 
     /// `p`'s run of `trace` in `cell` at `rate` under one draw of the samples (a reference's
     /// from the real-program section, the same in every draw).
-    fn density_run(
+    pub(super) fn density_run(
         &self,
         cell: &Cell<'_>,
         trace: &str,
@@ -144,7 +144,13 @@ impl Report<'_> {
 
     /// `p`'s relative time on `trace` in `cell` at `rate`: the geometric mean over the draws
     /// of the samples, when every draw has a run.
-    fn density_time(&self, cell: &Cell<'_>, trace: &str, p: PolicyName, rate: u32) -> Option<f64> {
+    pub(super) fn density_time(
+        &self,
+        cell: &Cell<'_>,
+        trace: &str,
+        p: PolicyName,
+        rate: u32,
+    ) -> Option<f64> {
         let times: Option<Vec<f64>> = (0..density_draws(rate))
             .map(|draw| {
                 self.density_run(cell, trace, (p, rate, draw))

@@ -4,13 +4,13 @@
 
 use std::fmt::Write as _;
 
-use super::{Report, fill, geomean, table_header, verdict};
+use super::{Report, density::Cell, fill, geomean, table_header, verdict};
 use crate::{
     PolicyName,
     run::SimResult,
     suite::{
-        Choice, DENSITY_DRAWS, DENSITY_POLICIES, DENSITY_REFERENCES, PRODUCTION_SAMPLE_RATE,
-        density::SYNTHETIC_DENSITY_SECTION,
+        DENSITY_DRAWS, DENSITY_POLICIES, DENSITY_REFERENCES, PRODUCTION_SAMPLE_RATE, REAL_SECTIONS,
+        density::SYNTHETIC_DENSITY_SECTION, density_draws,
     },
 };
 
@@ -27,24 +27,17 @@ impl Report<'_> {
             .collect()
     }
 
-    /// `p`'s runs of `trace` at the production density, one per draw (a policy that samples
-    /// nothing: its one main-matrix run).
-    fn synthetic_runs(&self, trace: &str, p: PolicyName) -> Option<Vec<&SimResult>> {
-        if DENSITY_REFERENCES.contains(&p) {
-            return self.main(trace, p).map(|r| vec![r]);
-        }
-        (0..DENSITY_DRAWS)
-            .map(|draw| {
-                let choice = Choice::Density(p, self.base.sampler, PRODUCTION_SAMPLE_RATE, draw);
-                self.get(SYNTHETIC_DENSITY_SECTION, trace, &choice.label())
-            })
-            .collect()
-    }
-
-    /// `p`'s relative time on `trace` at the production density (geometric mean of the draws).
-    fn synthetic_time(&self, trace: &str, p: PolicyName) -> Option<f64> {
-        self.synthetic_runs(trace, p)
-            .map(|runs| geomean(runs.iter().map(|r| r.relative_time)))
+    /// `p`'s runs of `trace` in `cell` at the production density, one per draw (a policy
+    /// that samples nothing: its main-matrix run, the same in every draw).
+    fn synthetic_runs<'r>(
+        &'r self,
+        cell: &Cell<'_>,
+        trace: &str,
+        p: PolicyName,
+    ) -> impl Iterator<Item = &'r SimResult> {
+        (0..density_draws(PRODUCTION_SAMPLE_RATE)).filter_map(move |draw| {
+            self.density_run(cell, trace, (p, PRODUCTION_SAMPLE_RATE, draw))
+        })
     }
 
     /// Geometric mean over the workloads of what `time` gives each, when every one has it.
@@ -55,13 +48,13 @@ impl Report<'_> {
     }
 
     /// `p`'s geometric mean over the workloads at the production density.
-    fn synthetic_geomean(&self, p: PolicyName) -> Option<f64> {
-        self.over_synthetic(|t| self.synthetic_time(t, p))
+    fn synthetic_geomean(&self, cell: &Cell<'_>, p: PolicyName) -> Option<f64> {
+        self.over_synthetic(|t| self.density_time(cell, t, p, PRODUCTION_SAMPLE_RATE))
     }
 
     /// One row per policy: the main matrix's time, the time at the production density and
     /// the median MiB a run migrated there.
-    fn synthetic_table(&self, workloads: &[&str]) -> String {
+    fn synthetic_table(&self, cell: &Cell<'_>, workloads: &[&str]) -> String {
         let mut table = String::new();
         table_header(
             &mut table,
@@ -77,8 +70,7 @@ impl Report<'_> {
             let show = |g: Option<f64>| g.map_or("-".to_owned(), |g| format!("{g:.3}"));
             let mut moved: Vec<u64> = workloads
                 .iter()
-                .filter_map(|t| self.synthetic_runs(t, p))
-                .flatten()
+                .flat_map(|t| self.synthetic_runs(cell, t, p))
                 .map(|r| r.migrated_bytes >> 20)
                 .collect();
             moved.sort_unstable();
@@ -90,7 +82,7 @@ impl Report<'_> {
                 "| {} | {} | {} | {median} |",
                 p.name(),
                 show(main),
-                show(self.synthetic_geomean(p))
+                show(self.synthetic_geomean(cell, p))
             );
         }
         table
@@ -98,12 +90,12 @@ impl Report<'_> {
 
     /// The workloads memtide is slower on than not migrating, with both times, for the check
     /// line (empty when there are none).
-    fn slower_than_not_migrating(&self, workloads: &[&str]) -> String {
+    fn slower_than_not_migrating(&self, cell: &Cell<'_>, workloads: &[&str]) -> String {
         let slower: Vec<String> = workloads
             .iter()
             .filter_map(|t| {
-                let m = self.synthetic_time(t, PolicyName::Memtide)?;
-                let n = self.synthetic_time(t, PolicyName::NoMigration)?;
+                let time = |p| self.density_time(cell, t, p, PRODUCTION_SAMPLE_RATE);
+                let (m, n) = (time(PolicyName::Memtide)?, time(PolicyName::NoMigration)?);
                 (m > n).then(|| format!("{t} ({m:.3} vs {n:.3}, {:+.1} %)", (m / n - 1.0) * 100.0))
             })
             .collect();
@@ -121,18 +113,24 @@ impl Report<'_> {
 
     pub(super) fn density_synthetic(&self, o: &mut String) {
         let workloads = self.synthetic();
+        let fast = self.base.fast.to_string();
+        let cell = Cell {
+            section: SYNTHETIC_DENSITY_SECTION,
+            real_section: REAL_SECTIONS.main,
+            fast: &fast,
+            sampler: self.base.sampler,
+        };
         let (Some(memtide), Some(none)) = (
-            self.synthetic_geomean(PolicyName::Memtide),
-            self.synthetic_geomean(PolicyName::NoMigration),
+            self.synthetic_geomean(&cell, PolicyName::Memtide),
+            self.synthetic_geomean(&cell, PolicyName::NoMigration),
         ) else {
             return;
         };
-        let table = self.synthetic_table(&workloads);
-        let slower = self.slower_than_not_migrating(&workloads);
+        let table = self.synthetic_table(&cell, &workloads);
+        let slower = self.slower_than_not_migrating(&cell, &workloads);
         let samples: Vec<u64> = workloads
             .iter()
-            .filter_map(|t| self.synthetic_runs(t, PolicyName::Memtide))
-            .flatten()
+            .flat_map(|t| self.synthetic_runs(&cell, t, PolicyName::Memtide))
             .map(|r| r.samples)
             .collect();
         let mean_samples = samples.iter().sum::<u64>() / (samples.len() as u64).max(1);
@@ -166,7 +164,10 @@ impl Report<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::suite::report::{Results, fake_run, render_section_of};
+    use crate::suite::{
+        Choice,
+        report::{Results, fake_run, render_section_of},
+    };
 
     #[test]
     fn the_synthetic_workloads_are_held_against_not_migrating() {
