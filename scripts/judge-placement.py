@@ -28,9 +28,18 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+# The suite's density sweep: `DENSITY_POLICIES` and `DRAWN_FROM_RATE` in
+# agent/sim/src/suite/density.rs (hindsight-samples left out: a yardstick, not a baseline).
 SAMPLING_BASELINES = ["static-4k", "static-64k", "static-2m", "hemem", "memtis"]
 PAGE_TABLE_BASELINES = ["tpp", "damon", "no-migration"]
 SPARSE_FROM = 1024
+
+
+def cell_key(sampler, fast, rate, label, trace_name):
+    """Where a run's time is kept: the page-table baselines' runs serve every sampler and rate."""
+    if label in PAGE_TABLE_BASELINES:
+        sampler, rate = None, None
+    return (sampler, fast, rate, label, trace_name)
 
 
 def parse_args():
@@ -115,18 +124,11 @@ def main():
         with open(a.json, "w") as f:
             for job, d in results:
                 f.write(json.dumps({"label": job[0], "seed": job[8], **d}) + "\n")
-    # (sampler, fast, rate, label, trace) -> relative times of its draws
+    # cell_key -> relative times of its draws
     times = {}
     for (label, _, _, _, sampler, fast, rate, trace, _), d in results:
-        if label in PAGE_TABLE_BASELINES:
-            sampler, rate = None, None
-        times.setdefault((sampler, fast, rate, label, os.path.basename(trace)), []).append(
-            d["relative_time"])
-
-    def runs_of(sampler, fast, rate, label, name):
-        if label in PAGE_TABLE_BASELINES:
-            sampler, rate = None, None
-        return times[(sampler, fast, rate, label, name)]
+        key = cell_key(sampler, fast, rate, label, os.path.basename(trace))
+        times.setdefault(key, []).append(d["relative_time"])
 
     labels = ["memtide"] + (["memtide@base"] if a.base else [])
     baselines = SAMPLING_BASELINES + PAGE_TABLE_BASELINES
@@ -134,7 +136,7 @@ def main():
     for sampler in a.samplers.split(","):
         for fast in a.fast.split(","):
             for rate in a.rates.split(","):
-                per = {(lab, n): geomean(runs_of(sampler, fast, rate, lab, n))
+                per = {(lab, n): geomean(times[cell_key(sampler, fast, rate, lab, n)])
                        for lab in labels + baselines for n in names}
                 cell = {lab: geomean([per[(lab, n)] for n in names]) for lab in labels + baselines}
                 best = min(baselines, key=cell.get)
